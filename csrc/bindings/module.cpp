@@ -1,0 +1,483 @@
+// pyonnxopt._core: the only file that includes pybind11. Python sees the IR
+// through cheap handles that keep their model alive; tensor bytes cross as
+// read-only numpy views over the mapped file, without a copy.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <set>
+
+#include "ir/model.h"
+#include "proto/reader.h"
+#include "proto/type_info.h"
+#include "proto/writer.h"
+
+namespace py = pybind11;
+using namespace pyonnxopt;
+
+namespace {
+
+using ModelPtr = std::shared_ptr<ir::Model>;
+
+// Handles: a model reference plus a pointer into it. Removed nodes and values
+// stay allocated until the model dies, so a handle never dangles.
+template <class T>
+struct Ref {
+  ModelPtr model;
+  T* ptr;
+  bool operator==(const Ref& o) const { return ptr == o.ptr; }
+};
+using GraphRef = Ref<ir::Graph>;
+using NodeRef = Ref<ir::Node>;
+using ValueRef = Ref<ir::Value>;
+using TensorRef = Ref<ir::Tensor>;
+using FunctionRef = Ref<ir::Function>;
+
+template <class T>
+py::object ref_or_none(const ModelPtr& m, T* p) {
+  if (!p) return py::none();
+  return py::cast(Ref<T>{m, p});
+}
+
+template <class T>
+std::vector<Ref<T>> refs(const ModelPtr& m, const std::vector<T*>& xs) {
+  std::vector<Ref<T>> out;
+  out.reserve(xs.size());
+  for (T* x : xs) out.push_back(Ref<T>{m, x});
+  return out;
+}
+
+py::object opt_str(const ir::Opt<std::string>& o) { return o.has ? py::cast(o.value) : py::none(); }
+py::object opt_int(const ir::Opt<int64_t>& o) { return o.has ? py::cast(o.value) : py::none(); }
+
+py::dict entries(const std::vector<ir::Entry>& es) {
+  py::dict d;
+  for (const auto& e : es) d[py::str(e.key.value)] = py::str(e.value.value);
+  return d;
+}
+
+const char* numpy_dtype(int32_t t) {
+  switch (t) {
+    case 1: return "<f4";
+    case 2: return "u1";
+    case 3: return "i1";
+    case 4: return "<u2";
+    case 5: return "<i2";
+    case 6: return "<i4";
+    case 7: return "<i8";
+    case 9: return "?";
+    case 10: return "<f2";
+    case 11: return "<f8";
+    case 12: return "<u4";
+    case 13: return "<u8";
+    case 14: return "<c8";
+    case 15: return "<c16";
+    default: return nullptr;
+  }
+}
+
+// A read-only numpy view over a Blob; the capsule keeps the buffer alive.
+py::array blob_array(const ir::Blob& blob, const char* dtype, const std::vector<int64_t>& dims) {
+  py::dtype dt(dtype);
+  std::vector<py::ssize_t> shape(dims.begin(), dims.end());
+  auto* keep = new std::shared_ptr<const ir::Buffer>(blob.buffer);
+  py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<const ir::Buffer>*>(p); });
+  const void* data = blob.data();
+  static const uint64_t kEmpty = 0;
+  py::array arr(dt, shape, data ? data : &kEmpty, base);
+  py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return arr;
+}
+
+// The tensor as numpy when it maps onto a numpy dtype; None otherwise (the
+// Python layer then converts through onnx.numpy_helper).
+py::object tensor_numpy(const ir::Tensor& t) {
+  const char* dt = numpy_dtype(t.data_type.value);
+  if (!dt || t.segment.has) return py::none();
+  uint64_t numel = 1;
+  for (int64_t d : t.dims) numel *= static_cast<uint64_t>(d);
+  if (const ir::Blob* b = t.raw_payload()) return blob_array(*b, dt, t.dims);
+  auto copy_of = [&](const auto& vec, const char* src_dtype) -> py::object {
+    if (vec.size() != numel) return py::none();
+    py::array a(py::dtype(src_dtype), {static_cast<py::ssize_t>(vec.size())}, vec.data());
+    return a.attr("astype")(py::dtype(dt)).attr("reshape")(py::cast(t.dims));
+  };
+  switch (t.data_type.value) {
+    case 1: case 14:
+      if (t.float_data.size() == 0 && numel) return py::none();
+      {
+        std::string bytes(reinterpret_cast<const char*>(t.float_data.data()), t.float_data.size());
+        return blob_array(ir::Blob::owned(std::move(bytes)), dt, t.dims);
+      }
+    case 11: case 15:
+      if (t.double_data.size() == 0 && numel) return py::none();
+      {
+        std::string bytes(reinterpret_cast<const char*>(t.double_data.data()), t.double_data.size());
+        return blob_array(ir::Blob::owned(std::move(bytes)), dt, t.dims);
+      }
+    case 7: return copy_of(t.int64_data, "<i8");
+    case 12: case 13: return copy_of(t.uint64_data, "<u8");
+    case 2: case 3: case 4: case 5: case 6: case 9: return copy_of(t.int32_data, "<i4");
+    case 10: {
+      // float16 in int32_data holds the bit patterns.
+      if (t.int32_data.size() != numel) return py::none();
+      py::array a(py::dtype("<i4"), {static_cast<py::ssize_t>(numel)}, t.int32_data.data());
+      return a.attr("astype")(py::dtype("<u2")).attr("view")(py::dtype(dt)).attr("reshape")(py::cast(t.dims));
+    }
+    default: return py::none();
+  }
+}
+
+py::object attribute_value(const ModelPtr& m, const ir::Attribute& a) {
+  if (a.ref_attr_name.has) return py::make_tuple("ref", a.ref_attr_name.value);
+  switch (static_cast<ir::AttrType>(a.type.value)) {
+    case ir::AttrType::kFloat: return py::cast(a.f.value);
+    case ir::AttrType::kInt: return py::cast(a.i.value);
+    case ir::AttrType::kString: return py::bytes(a.s.value);
+    case ir::AttrType::kTensor: return ref_or_none(m, a.t.get());
+    case ir::AttrType::kGraph: return ref_or_none(m, a.g.get());
+    case ir::AttrType::kFloats: return py::cast(a.floats);
+    case ir::AttrType::kInts: return py::cast(a.ints);
+    case ir::AttrType::kStrings: {
+      py::list l;
+      for (const auto& s : a.strings) l.append(py::bytes(s));
+      return l;
+    }
+    case ir::AttrType::kTensors: {
+      py::list l;
+      for (const auto& t : a.tensors) l.append(TensorRef{m, t.get()});
+      return l;
+    }
+    case ir::AttrType::kGraphs: {
+      py::list l;
+      for (const auto& g : a.graphs) l.append(GraphRef{m, g.get()});
+      return l;
+    }
+    default: return py::none();
+  }
+}
+
+py::dict type_dict(const ir::ValueInfo* info) {
+  py::dict d;
+  if (!info || !info->type.has) return d;
+  proto::TypeDesc t = proto::decode_type(info->type.value);
+  d["kind"] = t.kind;
+  d["text"] = t.text;
+  if (t.kind == "tensor" || t.kind == "sparse_tensor") {
+    d["elem_type"] = t.elem_type;
+    if (t.has_shape) {
+      py::list dims;
+      for (const auto& dim : t.dims) {
+        if (dim.has_value) dims.append(dim.value);
+        else if (!dim.param.empty()) dims.append(dim.param);
+        else dims.append(py::none());
+      }
+      d["shape"] = dims;
+    } else {
+      d["shape"] = py::none();
+    }
+  }
+  return d;
+}
+
+proto::LoadOptions load_options(const std::string& base_dir, bool allow_outside) {
+  proto::LoadOptions o;
+  o.base_dir = base_dir;
+  o.allow_external_outside = allow_outside;
+  return o;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "pyonnxopt native core: ONNX wire-format reader/writer and graph IR";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ir::ModelError& e) {
+      py::object cls = py::module_::import("pyonnxopt.errors").attr("ModelError");
+      PyErr_SetString(cls.ptr(), e.what());
+    }
+  });
+
+  py::class_<ir::Model, ModelPtr>(m, "Model")
+      .def_property_readonly("ir_version", [](const ir::Model& x) { return opt_int(x.ir_version); })
+      .def_property_readonly("model_version", [](const ir::Model& x) { return opt_int(x.model_version); })
+      .def_property_readonly("producer_name", [](const ir::Model& x) { return opt_str(x.producer_name); })
+      .def_property_readonly("producer_version", [](const ir::Model& x) { return opt_str(x.producer_version); })
+      .def_property_readonly("domain", [](const ir::Model& x) { return opt_str(x.domain); })
+      .def_property_readonly("doc_string", [](const ir::Model& x) { return opt_str(x.doc_string); })
+      .def_property_readonly("metadata_props", [](const ir::Model& x) { return entries(x.metadata_props); })
+      .def_property_readonly("opset_imports",
+                             [](const ir::Model& x) {
+                               std::vector<std::pair<std::string, int64_t>> out;
+                               for (const auto& o : x.opset_import) out.emplace_back(o.domain.value, o.version.value);
+                               return out;
+                             })
+      .def_property_readonly("path", [](const ir::Model& x) { return x.path; })
+      .def_property_readonly("base_dir", [](const ir::Model& x) { return x.base_dir; })
+      .def_property_readonly("graph", [](const ModelPtr& x) { return ref_or_none(x, x->graph.get()); })
+      .def_property_readonly("functions",
+                             [](const ModelPtr& x) {
+                               std::vector<FunctionRef> out;
+                               for (auto& f : x->functions) out.push_back(FunctionRef{x, f.get()});
+                               return out;
+                             })
+      .def_property_readonly("training_info_count", [](const ir::Model& x) { return x.training_info.size(); })
+      .def("all_graphs", [](const ModelPtr& x) { return refs(x, x->all_graphs()); },
+           "Every graph: main, nested subgraphs, function bodies, training graphs.")
+      .def("all_tensors", [](const ModelPtr& x) { return refs(x, x->all_tensors()); },
+           "Every tensor: initializers, sparse parts, attribute tensors.")
+      .def("external_files",
+           [](const ir::Model& x) {
+             std::set<std::string> files;
+             for (const ir::Tensor* t : x.all_tensors())
+               if (t->is_external() && t->external_bytes.buffer) files.insert(t->external_bytes.buffer->file_path());
+             return std::vector<std::string>(files.begin(), files.end());
+           })
+      .def("check_invariants", [](const ir::Model& x) { return ir::check_invariants(x); })
+      .def("inline_size", &proto::inline_size, py::call_guard<py::gil_scoped_release>())
+      .def("serialize",
+           [](const ir::Model& x) {
+             std::string s;
+             {
+               py::gil_scoped_release nogil;
+               s = proto::serialize(x);
+             }
+             return py::bytes(s);
+           })
+      .def(
+          "save",
+          [](const ir::Model& x, const std::string& path, const std::string& mode, const std::string& location,
+             uint64_t size_threshold, uint64_t align, uint64_t align_threshold, uint64_t max_file_size) {
+            proto::SaveOptions o;
+            if (mode == "keep") o.mode = proto::ExternalMode::kKeep;
+            else if (mode == "all") o.mode = proto::ExternalMode::kAll;
+            else if (mode == "none") o.mode = proto::ExternalMode::kNone;
+            else throw py::value_error("mode must be 'keep', 'all' or 'none'");
+            o.location = location;
+            o.size_threshold = size_threshold;
+            o.align = align;
+            o.align_threshold = align_threshold;
+            o.max_file_size = max_file_size;
+            proto::SaveResult r;
+            {
+              py::gil_scoped_release nogil;
+              r = proto::save_file(x, path, o);
+            }
+            py::dict d;
+            d["model_bytes"] = r.model_bytes;
+            d["data_files"] = r.data_files;
+            d["external_bytes"] = r.external_bytes;
+            d["switched_to_external"] = r.switched_to_external;
+            return d;
+          },
+          py::arg("path"), py::arg("mode") = "keep", py::arg("location") = "", py::arg("size_threshold") = 1024,
+          py::arg("align") = 4096, py::arg("align_threshold") = 1 << 20, py::arg("max_file_size") = 0);
+
+  py::class_<GraphRef>(m, "Graph")
+      .def("__eq__", &GraphRef::operator==)
+      .def("__hash__", [](const GraphRef& g) { return std::hash<const void*>()(g.ptr); })
+      .def_property_readonly("name", [](const GraphRef& g) { return g.ptr->name.value; })
+      .def_property_readonly("is_function_body", [](const GraphRef& g) { return g.ptr->is_function_body; })
+      .def_property_readonly("parent", [](const GraphRef& g) { return ref_or_none(g.model, g.ptr->parent); })
+      .def_property_readonly("owner_node", [](const GraphRef& g) { return ref_or_none(g.model, g.ptr->owner_node); })
+      .def_property_readonly("nodes",
+                             [](const GraphRef& g) {
+                               std::vector<NodeRef> out;
+                               out.reserve(g.ptr->nodes.size());
+                               for (auto& n : g.ptr->nodes) out.push_back(NodeRef{g.model, n.get()});
+                               return out;
+                             })
+      .def("__len__", [](const GraphRef& g) { return g.ptr->nodes.size(); })
+      .def_property_readonly("inputs",
+                             [](const GraphRef& g) {
+                               std::vector<ValueRef> out;
+                               for (auto& v : g.ptr->inputs)
+                                 if (v.value) out.push_back(ValueRef{g.model, v.value});
+                               return out;
+                             })
+      .def_property_readonly("outputs",
+                             [](const GraphRef& g) {
+                               std::vector<ValueRef> out;
+                               for (auto& v : g.ptr->outputs)
+                                 if (v.value) out.push_back(ValueRef{g.model, v.value});
+                               return out;
+                             })
+      .def_property_readonly("initializers",
+                             [](const GraphRef& g) {
+                               std::vector<TensorRef> out;
+                               for (auto& t : g.ptr->initializers) out.push_back(TensorRef{g.model, t.get()});
+                               return out;
+                             })
+      .def_property_readonly("sparse_initializer_count", [](const GraphRef& g) { return g.ptr->sparse_initializers.size(); })
+      .def_property_readonly("values",
+                             [](const GraphRef& g) {
+                               std::vector<ValueRef> out;
+                               for (auto& v : g.ptr->values()) out.push_back(ValueRef{g.model, v.get()});
+                               return out;
+                             })
+      .def("value", [](const GraphRef& g, const std::string& name) { return ref_or_none(g.model, g.ptr->lookup(name)); },
+           "The value of this name in this scope or an enclosing one, or None.")
+      .def("topological_order", [](const GraphRef& g) { return refs(g.model, g.ptr->topological_order()); })
+      .def("outer_references", [](const GraphRef& g) { return refs(g.model, g.ptr->outer_references()); })
+      .def("remove_node", [](const GraphRef& g, const NodeRef& n) { g.ptr->remove_node(n.ptr); })
+      .def("replace_all_uses", [](const GraphRef& g, const ValueRef& a, const ValueRef& b) { g.ptr->replace_all_uses(a.ptr, b.ptr); })
+      .def("set_input",
+           [](const GraphRef& g, const NodeRef& n, int index, std::optional<ValueRef> v) {
+             n.ptr->graph->set_input(n.ptr, index, v ? v->ptr : nullptr);
+           })
+      .def(
+          "add_node",
+          [](const GraphRef& g, const std::string& op_type, const std::vector<std::optional<ValueRef>>& inputs,
+             const std::vector<std::string>& outputs, const std::string& name, const std::string& domain,
+             std::optional<NodeRef> before) {
+            auto node = std::make_unique<ir::Node>();
+            node->op_type.set(op_type);
+            if (!name.empty()) node->name.set(name);
+            if (!domain.empty()) node->domain.set(domain);
+            for (const auto& v : inputs) node->inputs.push_back(v ? v->ptr : nullptr);
+            std::vector<ir::Value*> created;
+            for (const auto& o : outputs) {
+              if (o.empty()) {
+                node->outputs.push_back(nullptr);
+                continue;
+              }
+              ir::Value* v = g.ptr->create_value(o);
+              created.push_back(v);
+              node->outputs.push_back(v);
+            }
+            return NodeRef{g.model, g.ptr->add_node(std::move(node), before ? before->ptr : nullptr)};
+          },
+          py::arg("op_type"), py::arg("inputs"), py::arg("outputs"), py::arg("name") = "", py::arg("domain") = "",
+          py::arg("before") = py::none());
+
+  py::class_<NodeRef>(m, "Node")
+      .def("__eq__", &NodeRef::operator==)
+      .def("__hash__", [](const NodeRef& n) { return std::hash<const void*>()(n.ptr); })
+      .def("__repr__", [](const NodeRef& n) { return "<Node " + n.ptr->display_name() + ">"; })
+      .def_property_readonly("name", [](const NodeRef& n) { return n.ptr->name.value; })
+      .def_property_readonly("op_type", [](const NodeRef& n) { return n.ptr->op_type.value; })
+      .def_property_readonly("domain", [](const NodeRef& n) { return n.ptr->domain.value; })
+      .def_property_readonly("removed", [](const NodeRef& n) { return n.ptr->removed; })
+      .def_property_readonly("graph", [](const NodeRef& n) { return GraphRef{n.model, n.ptr->graph}; })
+      .def_property_readonly("inputs",
+                             [](const NodeRef& n) {
+                               py::list l;
+                               for (ir::Value* v : n.ptr->inputs) l.append(ref_or_none(n.model, v));
+                               return l;
+                             })
+      .def_property_readonly("outputs",
+                             [](const NodeRef& n) {
+                               py::list l;
+                               for (ir::Value* v : n.ptr->outputs) l.append(ref_or_none(n.model, v));
+                               return l;
+                             })
+      .def_property_readonly("attributes",
+                             [](const NodeRef& n) {
+                               py::dict d;
+                               for (const auto& a : n.ptr->attributes) d[py::str(a.name.value)] = attribute_value(n.model, a);
+                               return d;
+                             })
+      .def_property_readonly("subgraphs", [](const NodeRef& n) { return refs(n.model, n.ptr->subgraphs()); });
+
+  py::class_<ValueRef>(m, "Value")
+      .def("__eq__", &ValueRef::operator==)
+      .def("__hash__", [](const ValueRef& v) { return std::hash<const void*>()(v.ptr); })
+      .def("__repr__", [](const ValueRef& v) { return "<Value '" + v.ptr->name + "'>"; })
+      .def_property("name", [](const ValueRef& v) { return v.ptr->name; },
+                    [](const ValueRef& v, const std::string& name) { v.ptr->graph->rename_value(v.ptr, name); })
+      .def_property_readonly("graph", [](const ValueRef& v) { return GraphRef{v.model, v.ptr->graph}; })
+      .def_property_readonly("producer", [](const ValueRef& v) { return ref_or_none(v.model, v.ptr->producer); })
+      .def_property_readonly("producer_index", [](const ValueRef& v) { return v.ptr->producer_index; })
+      .def_property_readonly("uses",
+                             [](const ValueRef& v) {
+                               std::vector<std::pair<NodeRef, int>> out;
+                               for (const auto& u : v.ptr->uses) out.emplace_back(NodeRef{v.model, u.node}, u.index);
+                               return out;
+                             })
+      .def_property_readonly("is_graph_input", [](const ValueRef& v) { return v.ptr->is_graph_input; })
+      .def_property_readonly("is_graph_output", [](const ValueRef& v) { return v.ptr->is_graph_output(); })
+      .def_property_readonly("initializer", [](const ValueRef& v) { return ref_or_none(v.model, v.ptr->initializer); })
+      .def_property_readonly("type", [](const ValueRef& v) { return type_dict(v.ptr->info); });
+
+  py::class_<TensorRef>(m, "Tensor")
+      .def("__eq__", &TensorRef::operator==)
+      .def("__hash__", [](const TensorRef& t) { return std::hash<const void*>()(t.ptr); })
+      .def("__repr__", [](const TensorRef& t) { return "<Tensor '" + t.ptr->name.value + "'>"; })
+      .def_property_readonly("name", [](const TensorRef& t) { return t.ptr->name.value; })
+      .def_property_readonly("dims", [](const TensorRef& t) { return t.ptr->dims; })
+      .def_property_readonly("data_type", [](const TensorRef& t) { return t.ptr->data_type.value; })
+      .def_property_readonly("dtype_name", [](const TensorRef& t) { return std::string(ir::dtype_name(t.ptr->data_type.value)); })
+      .def_property_readonly("is_external", [](const TensorRef& t) { return t.ptr->is_external(); })
+      .def_property_readonly("external_location", [](const TensorRef& t) { return t.ptr->external_key("location"); })
+      .def_property_readonly("nbytes",
+                             [](const TensorRef& t) -> uint64_t {
+                               if (const ir::Blob* b = t.ptr->raw_payload()) return b->length;
+                               const ir::Tensor& x = *t.ptr;
+                               uint64_t n = x.float_data.size() + x.double_data.size() + 4 * x.int32_data.size() +
+                                            8 * (x.int64_data.size() + x.uint64_data.size());
+                               for (const auto& s : x.string_data) n += s.size();
+                               return n;
+                             })
+      .def("numpy_view", [](const TensorRef& t) { return tensor_numpy(*t.ptr); },
+           "Read-only array without a copy where the bytes allow it; None when numpy has no such dtype.")
+      .def("serialize",
+           [](const TensorRef& t) {
+             // The TensorProto alone, external data read in (for onnx.numpy_helper).
+             ir::Tensor copy;
+             copy.dims = t.ptr->dims;
+             copy.data_type = t.ptr->data_type;
+             copy.name = t.ptr->name;
+             copy.float_data = t.ptr->float_data;
+             copy.int32_data = t.ptr->int32_data;
+             copy.string_data = t.ptr->string_data;
+             copy.int64_data = t.ptr->int64_data;
+             copy.double_data = t.ptr->double_data;
+             copy.uint64_data = t.ptr->uint64_data;
+             if (const ir::Blob* b = t.ptr->raw_payload()) {
+               copy.raw_data = *b;
+               copy.has_raw_data = true;
+             }
+             return py::bytes(proto::serialize_tensor(copy));
+           })
+      .def("set_raw",
+           [](const TensorRef& t, int32_t data_type, std::vector<int64_t> dims, py::bytes data) {
+             t.ptr->set_raw(ir::Blob::owned(std::string(data)));
+             t.ptr->data_type.set(data_type);
+             t.ptr->dims = std::move(dims);
+           },
+           "Replaces the tensor's data with new bytes (a new buffer; views of the old data stay valid).");
+
+  py::class_<FunctionRef>(m, "Function")
+      .def_property_readonly("name", [](const FunctionRef& f) { return f.ptr->name.value; })
+      .def_property_readonly("domain", [](const FunctionRef& f) { return f.ptr->domain.value; })
+      .def_property_readonly("attribute_names", [](const FunctionRef& f) { return f.ptr->attribute; })
+      .def_property_readonly("body", [](const FunctionRef& f) { return GraphRef{f.model, f.ptr->body.get()}; });
+
+  m.def(
+      "load_file",
+      [](const std::string& path, const std::string& base_dir, bool allow_outside) {
+        std::unique_ptr<ir::Model> model;
+        {
+          py::gil_scoped_release nogil;
+          model = proto::load_file(path, load_options(base_dir, allow_outside));
+        }
+        return ModelPtr(std::move(model));
+      },
+      py::arg("path"), py::arg("base_dir") = "", py::arg("allow_external_outside") = false);
+  m.def(
+      "load_bytes",
+      [](py::bytes data, const std::string& base_dir, bool allow_outside) {
+        std::string copy = data;
+        std::unique_ptr<ir::Model> model;
+        {
+          py::gil_scoped_release nogil;
+          model = proto::load_bytes(std::move(copy), load_options(base_dir, allow_outside));
+        }
+        return ModelPtr(std::move(model));
+      },
+      py::arg("data"), py::arg("base_dir") = "", py::arg("allow_external_outside") = false);
+  m.attr("PROTOBUF_LIMIT") = proto::kProtobufLimit;
+}

@@ -1,0 +1,372 @@
+// Use-def bookkeeping, topological order and the invariant checker.
+#include <algorithm>
+#include <functional>
+#include <queue>
+#include <unordered_set>
+
+#include "ir/model.h"
+
+namespace pyonnxopt::ir {
+
+void FixedData::append(const Blob& bytes) {
+  if (!uses_owned && view.length == 0 && !view.buffer) {
+    view = bytes;
+    return;
+  }
+  if (!uses_owned) {
+    owned.assign(reinterpret_cast<const char*>(view.data()), view.length);
+    view = Blob{};
+    uses_owned = true;
+  }
+  owned.append(reinterpret_cast<const char*>(bytes.data()), bytes.length);
+}
+
+void Tensor::set_raw(Blob bytes) {
+  float_data = FixedData{};
+  double_data = FixedData{};
+  int32_data.clear();
+  int64_data.clear();
+  uint64_data.clear();
+  string_data.clear();
+  external_data.clear();
+  data_location.clear();
+  external_bytes = Blob{};
+  segment.clear();
+  raw_data = std::move(bytes);
+  has_raw_data = true;
+}
+
+std::string Tensor::external_key(const char* key) const {
+  for (const auto& e : external_data)
+    if (e.key.value == key) return e.value.value;
+  return {};
+}
+
+std::string Node::display_name() const {
+  std::string out = "'" + name.value + "' (" + (domain.value.empty() ? "" : domain.value + "::") + op_type.value + ")";
+  return out;
+}
+
+std::vector<Graph*> Node::subgraphs() const {
+  std::vector<Graph*> out;
+  for (const auto& a : attributes) {
+    if (a.g) out.push_back(a.g.get());
+    for (const auto& g : a.graphs) out.push_back(g.get());
+  }
+  return out;
+}
+
+Value* Graph::find_local(std::string_view n) const {
+  auto it = by_name_.find(n);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+Value* Graph::lookup(std::string_view n) const {
+  for (const Graph* g = this; g; g = g->parent)
+    if (Value* v = g->find_local(n)) return v;
+  return nullptr;
+}
+
+Value* Graph::create_value(std::string n) {
+  if (by_name_.count(n)) throw ModelError("value '" + n + "' is defined twice in graph '" + name.value + "'");
+  auto v = std::make_unique<Value>();
+  v->name = std::move(n);
+  v->graph = this;
+  Value* raw = v.get();
+  values_.push_back(std::move(v));
+  by_name_.emplace(raw->name, raw);
+  return raw;
+}
+
+void Graph::rename_value(Value* v, std::string new_name) {
+  if (v->name == new_name) return;
+  if (by_name_.count(new_name)) throw ModelError("cannot rename '" + v->name + "': '" + new_name + "' exists");
+  by_name_.erase(v->name);
+  v->name = std::move(new_name);
+  by_name_.emplace(v->name, v);
+  if (v->initializer) v->initializer->name.set(v->name);
+  if (v->info) v->info->name.set(v->name);
+}
+
+Node* Graph::add_node(std::unique_ptr<Node> node, Node* before) {
+  Node* raw = node.get();
+  raw->graph = this;
+  for (size_t i = 0; i < raw->outputs.size(); ++i) {
+    Value* out = raw->outputs[i];
+    if (!out) continue;
+    if (out->graph != this || out->producer || out->is_graph_input || out->initializer)
+      throw ModelError("output '" + out->name + "' of new node " + raw->display_name() + " is already defined");
+    out->producer = raw;
+    out->producer_index = static_cast<int>(i);
+  }
+  for (size_t i = 0; i < raw->inputs.size(); ++i)
+    if (raw->inputs[i]) raw->inputs[i]->uses.push_back(Use{raw, static_cast<int>(i)});
+  auto pos = before ? before->self : nodes.end();
+  raw->self = nodes.insert(pos, std::move(node));
+  return raw;
+}
+
+static void for_each_graph_below(Graph* g, const std::function<void(Graph*)>& fn);
+
+static void drop_use(Value* v, Node* node, int index) {
+  auto& u = v->uses;
+  auto it = std::find(u.begin(), u.end(), Use{node, index});
+  if (it != u.end()) u.erase(it);
+}
+
+void Graph::set_input(Node* node, int index, Value* v) {
+  if (index < 0 || index >= static_cast<int>(node->inputs.size())) throw std::out_of_range("input index");
+  if (Value* old = node->inputs[index]) drop_use(old, node, index);
+  node->inputs[index] = v;
+  if (v) v->uses.push_back(Use{node, index});
+}
+
+void Graph::remove_node(Node* node) {
+  if (node->graph != this || node->removed) throw ModelError("node " + node->display_name() + " is not in this graph");
+  for (Value* out : node->outputs) {
+    if (out && (!out->uses.empty() || out->is_graph_output()))
+      throw ModelError("cannot remove node " + node->display_name() + ": its output '" + out->name + "' is still read");
+  }
+  for (size_t i = 0; i < node->inputs.size(); ++i)
+    if (node->inputs[i]) drop_use(node->inputs[i], node, static_cast<int>(i));
+  for (Value* out : node->outputs) {
+    if (!out) continue;
+    out->producer = nullptr;
+    by_name_.erase(out->name);
+    auto it = std::find_if(values_.begin(), values_.end(), [&](const auto& p) { return p.get() == out; });
+    if (it != values_.end()) {
+      dropped_values_.push_back(std::move(*it));
+      values_.erase(it);
+    }
+  }
+  node->removed = true;
+  removed_.push_back(std::move(*node->self));
+  nodes.erase(node->self);
+}
+
+void Graph::replace_all_uses(Value* from, Value* to) {
+  if (from == to) return;
+  auto uses = from->uses;  // set_input edits from->uses
+  for (const Use& u : uses) u.node->graph->set_input(u.node, u.index, to);
+  if (from->graph_output_refs) {
+    // Outputs of this graph or of nested ones may name it.
+    for_each_graph_below(from->graph, [&](Graph* g) {
+      for (auto& out : g->outputs) {
+        if (out.value != from) continue;
+        out.value = to;
+        out.name.set(to->name);
+        --from->graph_output_refs;
+        ++to->graph_output_refs;
+      }
+    });
+  }
+}
+
+static bool defined_within(const Value* v, const Graph* root) {
+  for (const Graph* s = v->graph; s; s = s->parent)
+    if (s == root) return true;
+  return false;
+}
+
+// Values defined outside `root` and read by `g` (a graph inside `root`).
+static void collect_outer(const Graph* g, const Graph* root, std::unordered_set<Value*>& seen,
+                          std::vector<Value*>& out) {
+  auto consider = [&](Value* v) {
+    if (v && !defined_within(v, root) && seen.insert(v).second) out.push_back(v);
+  };
+  for (const auto& n : g->nodes) {
+    for (Value* v : n->inputs) consider(v);
+    for (Graph* sub : n->subgraphs()) collect_outer(sub, root, seen, out);
+  }
+  for (const auto& o : g->outputs) consider(o.value);
+}
+
+static void for_each_graph_below(Graph* g, const std::function<void(Graph*)>& fn) {
+  fn(g);
+  for (const auto& n : g->nodes)
+    for (Graph* sub : n->subgraphs()) for_each_graph_below(sub, fn);
+}
+
+std::vector<Value*> Graph::outer_references() const {
+  std::unordered_set<Value*> seen;
+  std::vector<Value*> out;
+  collect_outer(this, this, seen, out);
+  return out;
+}
+
+std::vector<Node*> Graph::topological_order() const {
+  // Kahn's algorithm; a node also depends on producers its subgraphs read.
+  std::unordered_map<const Node*, size_t> index;
+  std::vector<Node*> order_in_file;
+  for (const auto& n : nodes) {
+    index.emplace(n.get(), order_in_file.size());
+    order_in_file.push_back(n.get());
+  }
+  const size_t count = order_in_file.size();
+  std::vector<std::vector<size_t>> users(count);
+  std::vector<size_t> pending(count, 0);
+  for (size_t i = 0; i < count; ++i) {
+    Node* n = order_in_file[i];
+    std::vector<Value*> reads(n->inputs.begin(), n->inputs.end());
+    for (Graph* sub : n->subgraphs()) {
+      auto outer = sub->outer_references();
+      reads.insert(reads.end(), outer.begin(), outer.end());
+    }
+    std::unordered_set<size_t> deps;
+    for (Value* v : reads) {
+      if (!v || !v->producer || v->producer->graph != this) continue;
+      deps.insert(index.at(v->producer));
+    }
+    for (size_t d : deps) {
+      users[d].push_back(i);
+      ++pending[i];
+    }
+  }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
+  for (size_t i = 0; i < count; ++i)
+    if (pending[i] == 0) ready.push(i);
+  std::vector<Node*> out;
+  out.reserve(count);
+  while (!ready.empty()) {
+    size_t i = ready.top();
+    ready.pop();
+    out.push_back(order_in_file[i]);
+    for (size_t u : users[i])
+      if (--pending[u] == 0) ready.push(u);
+  }
+  if (out.size() != count) {
+    for (size_t i = 0; i < count; ++i)
+      if (pending[i] != 0)
+        throw ModelError("graph '" + name.value + "' has a cycle through node " + order_in_file[i]->display_name());
+  }
+  return out;
+}
+
+static void add_graph_tree(Graph* g, std::vector<Graph*>& out) {
+  if (!g) return;
+  out.push_back(g);
+  for (const auto& n : g->nodes)
+    for (Graph* sub : n->subgraphs()) add_graph_tree(sub, out);
+}
+
+std::vector<Graph*> Model::all_graphs() const {
+  std::vector<Graph*> out;
+  add_graph_tree(graph.get(), out);
+  for (const auto& f : functions) add_graph_tree(f->body.get(), out);
+  for (const auto& t : training_info) {
+    add_graph_tree(t.initialization.get(), out);
+    add_graph_tree(t.algorithm.get(), out);
+  }
+  return out;
+}
+
+static void add_sparse(SparseTensor& s, std::vector<Tensor*>& out) {
+  if (s.values) out.push_back(s.values.get());
+  if (s.indices) out.push_back(s.indices.get());
+}
+
+static void add_attr_tensors(std::vector<Attribute>& attrs, std::vector<Tensor*>& out) {
+  for (auto& a : attrs) {
+    if (a.t) out.push_back(a.t.get());
+    for (auto& t : a.tensors) out.push_back(t.get());
+    if (a.sparse_tensor) add_sparse(*a.sparse_tensor, out);
+    for (auto& s : a.sparse_tensors) add_sparse(*s, out);
+  }
+}
+
+std::vector<Tensor*> Model::all_tensors() const {
+  std::vector<Tensor*> out;
+  for (Graph* g : all_graphs()) {
+    for (auto& t : g->initializers) out.push_back(t.get());
+    for (auto& s : g->sparse_initializers) add_sparse(s, out);
+    for (auto& n : g->nodes) add_attr_tensors(n->attributes, out);
+  }
+  for (auto& f : functions) add_attr_tensors(f->attribute_proto, out);
+  return out;
+}
+
+std::vector<std::string> check_invariants(const Model& model) {
+  std::vector<std::string> problems;
+  auto report = [&](const std::string& s) { problems.push_back(s); };
+  std::unordered_map<const Value*, int> output_refs;
+  for (Graph* g : model.all_graphs())
+    for (const auto& o : g->outputs)
+      if (o.value) ++output_refs[o.value];
+  for (Graph* g : model.all_graphs()) {
+    const std::string where = "graph '" + g->name.value + "': ";
+    for (const auto& vp : g->values()) {
+      Value* v = vp.get();
+      if (v->graph != g) report(where + "value '" + v->name + "' has the wrong owner");
+      if (g->find_local(v->name) != v) report(where + "value '" + v->name + "' is not indexed by its name");
+      if (v->producer) {
+        if (v->producer->removed) report(where + "value '" + v->name + "' is produced by a removed node");
+        else if (v->producer_index < 0 || v->producer_index >= int(v->producer->outputs.size()) ||
+                 v->producer->outputs[v->producer_index] != v)
+          report(where + "value '" + v->name + "' does not match its producer's outputs");
+      } else if (!v->is_graph_input && !v->initializer && !v->sparse_initializer) {
+        report(where + "value '" + v->name + "' has no definition");
+      }
+      for (const Use& u : v->uses) {
+        if (!u.node || u.node->removed) report(where + "value '" + v->name + "' is read by a removed node");
+        else if (u.index < 0 || u.index >= int(u.node->inputs.size()) || u.node->inputs[u.index] != v)
+          report(where + "value '" + v->name + "' lists a use its reader does not have");
+      }
+      auto it = output_refs.find(v);
+      int refs = it == output_refs.end() ? 0 : it->second;
+      if (refs != v->graph_output_refs) report(where + "value '" + v->name + "' has a wrong graph-output count");
+    }
+    for (const auto& n : g->nodes) {
+      if (n->graph != g) report(where + "node " + n->display_name() + " has the wrong owner");
+      for (size_t i = 0; i < n->inputs.size(); ++i) {
+        Value* v = n->inputs[i];
+        if (!v) continue;
+        if (g->lookup(v->name) != v) report(where + "node " + n->display_name() + " reads '" + v->name + "', not in scope");
+        if (std::count(v->uses.begin(), v->uses.end(), Use{n.get(), int(i)}) != 1)
+          report(where + "node " + n->display_name() + " input " + std::to_string(i) + " is missing from its value's uses");
+      }
+      for (size_t i = 0; i < n->outputs.size(); ++i) {
+        Value* v = n->outputs[i];
+        if (v && (v->producer != n.get() || v->producer_index != int(i)))
+          report(where + "node " + n->display_name() + " output '" + v->name + "' does not point back to it");
+      }
+      for (Graph* sub : n->subgraphs())
+        if (sub->parent != g || sub->owner_node != n.get()) report(where + "subgraph of " + n->display_name() + " has wrong links");
+    }
+    try {
+      g->topological_order();
+    } catch (const ModelError& e) {
+      report(where + e.what());
+    }
+  }
+  return problems;
+}
+
+int64_t storage_bytes(int32_t dtype, uint64_t count) {
+  auto checked_mul = [](uint64_t n, uint64_t k) -> int64_t {
+    if (n > static_cast<uint64_t>(INT64_MAX) / k) return -1;
+    return static_cast<int64_t>(n * k);
+  };
+  switch (dtype) {
+    case 1: case 6: case 12: return checked_mul(count, 4);
+    case 2: case 3: case 9: case 17: case 18: case 19: case 20: case 24: return checked_mul(count, 1);
+    case 4: case 5: case 10: case 16: return checked_mul(count, 2);
+    case 7: case 11: case 13: case 14: return checked_mul(count, 8);
+    case 15: return checked_mul(count, 16);
+    case 21: case 22: case 23: return static_cast<int64_t>((count + 1) / 2);
+    case 25: case 26: return static_cast<int64_t>((count + 3) / 4);
+    case 27: case 28: return checked_mul(count, 6) < 0 ? -1 : static_cast<int64_t>((count * 6 + 7) / 8);
+    default: return -1;
+  }
+}
+
+const char* dtype_name(int32_t dtype) {
+  static const char* kNames[] = {"undefined", "float32", "uint8", "int8", "uint16", "int16", "int32", "int64",
+                                 "string", "bool", "float16", "float64", "uint32", "uint64", "complex64",
+                                 "complex128", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+                                 "float8e5m2fnuz", "uint4", "int4", "float4e2m1", "float8e8m0", "uint2", "int2",
+                                 "float6e2m3", "float6e3m2"};
+  if (dtype < 0 || dtype >= int32_t(sizeof(kNames) / sizeof(kNames[0]))) return "unknown";
+  return kNames[dtype];
+}
+
+}  // namespace pyonnxopt::ir

@@ -1,0 +1,182 @@
+#include "proto/link.h"
+
+namespace pyonnxopt::proto {
+namespace {
+
+using namespace ir;
+
+std::string graph_label(const Graph& g) {
+  if (g.is_function_body) return "function '" + g.name.value + "'";
+  return "graph '" + g.name.value + "'";
+}
+
+Value* define(Graph& g, const std::string& name, const std::string& what) {
+  if (Value* old = g.find_local(name)) {
+    std::string by = old->producer ? "node " + old->producer->display_name()
+                     : old->initializer ? std::string("an initializer")
+                                        : std::string("a graph input");
+    throw ModelError(graph_label(g) + ": " + what + " '" + name + "' is already defined by " + by);
+  }
+  return g.create_value(name);
+}
+
+void link_graph(Graph& g, Graph* parent, Node* owner, PendingNames& names);
+
+void link_nodes_and_outputs(Graph& g, PendingNames& names) {
+  for (auto& np : g.nodes) {
+    Node* n = np.get();
+    auto& io = names.of(n);
+    n->outputs.assign(io.outputs.size(), nullptr);
+    for (size_t i = 0; i < io.outputs.size(); ++i) {
+      if (io.outputs[i].empty()) continue;
+      Value* v = define(g, io.outputs[i], "output of node " + n->display_name());
+      v->producer = n;
+      v->producer_index = static_cast<int>(i);
+      n->outputs[i] = v;
+    }
+  }
+  // Subgraphs see every value of this scope, whatever the node order.
+  for (auto& np : g.nodes)
+    for (Graph* sub : np->subgraphs()) link_graph(*sub, &g, np.get(), names);
+  for (auto& np : g.nodes) {
+    Node* n = np.get();
+    auto& io = names.of(n);
+    n->inputs.assign(io.inputs.size(), nullptr);
+    for (size_t i = 0; i < io.inputs.size(); ++i) {
+      if (io.inputs[i].empty()) continue;
+      Value* v = g.lookup(io.inputs[i]);
+      if (!v)
+        throw ModelError(graph_label(g) + ": node " + n->display_name() + " reads '" + io.inputs[i] +
+                         "', which no node, graph input or initializer defines");
+      n->inputs[i] = v;
+      v->uses.push_back(Use{n, static_cast<int>(i)});
+    }
+  }
+}
+
+void link_graph(Graph& g, Graph* parent, Node* owner, PendingNames& names) {
+  g.parent = parent;
+  g.owner_node = owner;
+  for (auto& in : g.inputs) {
+    if (!in.name.has || in.name.value.empty()) throw ModelError(graph_label(g) + " has an input without a name");
+    Value* v = define(g, in.name.value, "input");
+    v->is_graph_input = true;
+    v->info = &in;
+    in.value = v;
+  }
+  for (size_t i = 0; i < g.initializers.size(); ++i) {
+    Tensor* t = g.initializers[i].get();
+    if (t->name.value.empty()) throw ModelError(graph_label(g) + ": initializer #" + std::to_string(i) + " has no name");
+    Value* v = g.find_local(t->name.value);
+    if (!v || !v->is_graph_input || v->initializer) v = define(g, t->name.value, "initializer");
+    v->initializer = t;
+  }
+  for (size_t i = 0; i < g.sparse_initializers.size(); ++i) {
+    SparseTensor& s = g.sparse_initializers[i];
+    if (!s.values || s.values->name.value.empty())
+      throw ModelError(graph_label(g) + ": sparse initializer #" + std::to_string(i) + " has no name");
+    Value* v = define(g, s.values->name.value, "sparse initializer");
+    v->sparse_initializer = &s;
+  }
+  link_nodes_and_outputs(g, names);
+  for (auto& out : g.outputs) {
+    Value* v = g.lookup(out.name.value);
+    if (!v)
+      throw ModelError(graph_label(g) + ": output '" + out.name.value +
+                       "' is not produced by any node, graph input or initializer");
+    out.value = v;
+    ++v->graph_output_refs;
+    if (!v->info && !g.is_function_body) v->info = &out;
+  }
+  for (auto& vi : g.value_info) {
+    Value* v = g.find_local(vi.name.value);
+    if (!v) continue;  // stale value_info is kept as it is
+    vi.value = v;
+    if (!v->info) v->info = &vi;
+  }
+}
+
+// Cheap when the file is already sorted (the common case); otherwise a full
+// topological sort, which names a node on a cycle.
+void check_acyclic(const Graph& g) {
+  size_t i = 0;
+  for (const auto& n : g.nodes) n->order_index = i++;
+  for (const auto& n : g.nodes) {
+    auto before = [&](const Value* v) {
+      return !v || !v->producer || v->producer->graph != &g || v->producer->order_index < n->order_index;
+    };
+    bool sorted = true;
+    for (const Value* v : n->inputs) sorted = sorted && before(v);
+    for (Graph* sub : n->subgraphs())
+      for (const Value* v : sub->outer_references()) sorted = sorted && before(v);
+    if (!sorted) {
+      g.topological_order();
+      return;
+    }
+  }
+}
+
+bool checked_numel(const std::vector<int64_t>& dims, uint64_t& out) {
+  uint64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) return false;
+    if (d != 0 && n > UINT64_MAX / static_cast<uint64_t>(d)) return false;
+    n *= static_cast<uint64_t>(d);
+  }
+  out = n;
+  return true;
+}
+
+void check_tensor(const Tensor& t) {
+  auto fail = [&](const std::string& what) { throw ModelError("tensor '" + t.name.value + "': " + what); };
+  uint64_t numel = 0;
+  for (int64_t d : t.dims)
+    if (d < 0) fail("negative dimension " + std::to_string(d));
+  if (!checked_numel(t.dims, numel) || numel > (uint64_t(1) << 62)) fail("dimensions multiply past 2^62 elements");
+  if (t.segment.has) return;  // a chunk of a larger tensor
+  const int32_t dtype = t.data_type.value;
+  if (t.is_external()) return;  // checked against the file by resolve_external_data
+  if (t.has_raw_data) {
+    int64_t want = storage_bytes(dtype, numel);
+    if (want >= 0 && static_cast<uint64_t>(want) != t.raw_data.length)
+      fail("raw_data has " + std::to_string(t.raw_data.length) + " bytes, but " + dtype_name(dtype) + " dims need " +
+           std::to_string(want));
+    return;
+  }
+  auto count_check = [&](uint64_t have, uint64_t per, const char* field) {
+    if (have && have != numel * per)
+      fail(std::string(field) + " has " + std::to_string(have) + " elements, but the dims need " + std::to_string(numel * per));
+  };
+  switch (dtype) {
+    case 1: count_check(t.float_data.size() / 4, 1, "float_data"); break;
+    case 14: count_check(t.float_data.size() / 4, 2, "float_data"); break;
+    case 11: count_check(t.double_data.size() / 8, 1, "double_data"); break;
+    case 15: count_check(t.double_data.size() / 8, 2, "double_data"); break;
+    case 7: count_check(t.int64_data.size(), 1, "int64_data"); break;
+    case 12: case 13: count_check(t.uint64_data.size(), 1, "uint64_data"); break;
+    case 2: case 3: case 4: case 5: case 6: case 9: case 10: case 16:
+      count_check(t.int32_data.size(), 1, "int32_data");
+      break;
+    case 8: count_check(t.string_data.size(), 1, "string_data"); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void link_model(Model& model, PendingNames& names) {
+  if (model.graph) link_graph(*model.graph, nullptr, nullptr, names);
+  for (auto& f : model.functions) link_graph(*f->body, nullptr, nullptr, names);
+  // Training graphs may read the inference graph's initializers.
+  for (auto& t : model.training_info) {
+    if (t.initialization) link_graph(*t.initialization, model.graph.get(), nullptr, names);
+    if (t.algorithm) link_graph(*t.algorithm, model.graph.get(), nullptr, names);
+  }
+  for (Graph* g : model.all_graphs()) check_acyclic(*g);
+}
+
+void check_tensors(const Model& model) {
+  for (const Tensor* t : model.all_tensors()) check_tensor(*t);
+}
+
+}  // namespace pyonnxopt::proto

@@ -1,0 +1,604 @@
+// Serialization is one template per message (`emit`) run twice: once with a
+// Counter that computes and caches every message's size, then with a Writer
+// that streams bytes using the cached sizes (protobuf's own ByteSize-then-
+// Serialize scheme), so nested messages are never buffered and tensor payloads
+// go straight from their source to the file.
+#include "proto/writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+#include <unordered_map>
+
+#include "proto/wire.h"
+
+namespace pyonnxopt::proto {
+namespace {
+
+using namespace ir;
+
+struct Placement {
+  size_t file;
+  uint64_t offset;
+};
+
+// Where each externalized tensor goes; tensors not in it are written inline.
+struct Plan {
+  std::unordered_map<const Tensor*, Placement> placed;
+  std::vector<std::string> files;
+  std::vector<std::vector<const Tensor*>> order;  // tensors per file, by offset
+  uint64_t external_bytes = 0;
+};
+
+// ---------------------------------------------------------------- sinks
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual void write(const void* p, size_t n) = 0;
+  // Bytes of `blob`; a file-backed one may be copied in the kernel.
+  virtual void write_blob(const Blob& b) { write(b.data(), b.length); }
+};
+
+class StringSink : public Sink {
+ public:
+  explicit StringSink(std::string& out) : out_(out) {}
+  void write(const void* p, size_t n) override { out_.append(static_cast<const char*>(p), n); }
+
+ private:
+  std::string& out_;
+};
+
+class FileSink : public Sink {
+ public:
+  explicit FileSink(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail("cannot create", errno);
+    buf_.reserve(kBuffer);
+  }
+  ~FileSink() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void write(const void* p, size_t n) override {
+    if (buf_.size() + n > kBuffer) flush();
+    if (n >= kBuffer) {
+      raw_write(static_cast<const uint8_t*>(p), n);
+    } else {
+      buf_.append(static_cast<const char*>(p), n);
+    }
+  }
+  void write_blob(const Blob& b) override {
+    const std::string& src = b.buffer ? b.buffer->file_path() : std::string();
+    if (b.length < kCopyThreshold || src.empty()) {
+      write(b.data(), b.length);
+      return;
+    }
+    flush();
+    copy_range(src, b.offset, b.length);
+  }
+  void close() {
+    flush();
+    if (::close(fd_) != 0) {
+      fd_ = -1;
+      fail("cannot finish writing", errno);
+    }
+    fd_ = -1;
+  }
+
+ private:
+  static constexpr size_t kBuffer = 1 << 20;
+  static constexpr uint64_t kCopyThreshold = 1 << 16;
+
+  [[noreturn]] void fail(const char* what, int err) {
+    throw ModelError(std::string(what) + " " + path_ + ": " + std::strerror(err));
+  }
+  void flush() {
+    if (!buf_.empty()) raw_write(reinterpret_cast<const uint8_t*>(buf_.data()), buf_.size());
+    buf_.clear();
+  }
+  void raw_write(const uint8_t* p, size_t n) {
+    while (n) {
+      ssize_t k = ::write(fd_, p, n);
+      if (k < 0) {
+        if (errno == EINTR) continue;
+        fail("cannot write", errno);
+      }
+      p += k;
+      n -= static_cast<size_t>(k);
+    }
+  }
+  // File-to-file copy: the kernel moves the bytes, our memory never holds them.
+  void copy_range(const std::string& src, uint64_t offset, uint64_t length) {
+    int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+    if (in < 0) throw ModelError("cannot reopen " + src + ": " + std::strerror(errno));
+    loff_t off = static_cast<loff_t>(offset);
+    uint64_t left = length;
+    while (left) {
+      ssize_t k = ::copy_file_range(in, &off, fd_, nullptr, left, 0);
+      if (k > 0) {
+        left -= static_cast<uint64_t>(k);
+        continue;
+      }
+      if (k < 0 && errno == EINTR) continue;
+      if (k == 0 || errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EPERM) {
+        copy_by_reading(in, off, left);
+        left = 0;
+        break;
+      }
+      int err = errno;
+      ::close(in);
+      fail("cannot copy into", err);
+    }
+    ::close(in);
+  }
+  void copy_by_reading(int in, loff_t off, uint64_t left) {
+    std::string chunk(kBuffer, '\0');
+    while (left) {
+      ssize_t k = ::pread(in, chunk.data(), std::min<uint64_t>(left, kBuffer), off);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) fail("source shrank while copying into", k < 0 ? errno : EIO);
+      raw_write(reinterpret_cast<const uint8_t*>(chunk.data()), static_cast<size_t>(k));
+      off += k;
+      left -= static_cast<uint64_t>(k);
+    }
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  std::string buf_;
+};
+
+// ---------------------------------------------------------------- emitters
+
+class Counter;
+class Writer;
+
+template <class Out>
+void emit(Out& o, const Entry& e) {
+  if (e.key.has) o.bytes(1, e.key.value);
+  if (e.value.has) o.bytes(2, e.value.value);
+  o.extra(e.extra);
+}
+
+template <class Out>
+void emit(Out& o, const OpsetId& x) {
+  if (x.domain.has) o.bytes(1, x.domain.value);
+  if (x.version.has) o.varint(2, uint64_t(x.version.value));
+  o.extra(x.extra);
+}
+
+template <class Out>
+void emit(Out& o, const ValueInfo& v) {
+  if (v.value) o.bytes(1, v.value->name);
+  else if (v.name.has) o.bytes(1, v.name.value);
+  if (v.type.has) o.bytes(2, v.type.value);
+  if (v.doc_string.has) o.bytes(3, v.doc_string.value);
+  for (const auto& e : v.metadata_props) o.message(4, e);
+  o.extra(v.extra);
+}
+
+template <class Out>
+void emit(Out& o, const Tensor& t) {
+  for (int64_t d : t.dims) o.varint(1, uint64_t(d));
+  if (t.data_type.has) o.varint(2, uint64_t(int64_t(t.data_type.value)));
+  if (t.segment.has) o.bytes(3, t.segment.value);
+  if (t.float_data.size()) o.bytes(4, t.float_data.data(), t.float_data.size());
+  if (!t.int32_data.empty()) o.packed(5, t.int32_data);
+  for (const auto& s : t.string_data) o.bytes(6, s);
+  if (!t.int64_data.empty()) o.packed(7, t.int64_data);
+  if (t.name.has) o.bytes(8, t.name.value);
+  const Placement* placed = o.placement(t);
+  const bool inline_external = t.is_external() && !placed;
+  if (!placed) {
+    if (t.is_external()) o.blob(9, t.external_bytes);
+    else if (t.has_raw_data) o.blob(9, t.raw_data);
+  }
+  if (t.double_data.size()) o.bytes(10, t.double_data.data(), t.double_data.size());
+  if (!t.uint64_data.empty()) o.packed(11, t.uint64_data);
+  if (t.doc_string.has) o.bytes(12, t.doc_string.value);
+  if (placed) {
+    o.external(t, *placed);
+    o.varint(14, uint64_t(DataLocation::kExternal));
+  } else if (!inline_external) {
+    for (const auto& e : t.external_data) o.message(13, e);
+    if (t.data_location.has) o.varint(14, uint64_t(int64_t(t.data_location.value)));
+  }
+  for (const auto& e : t.metadata_props) o.message(16, e);
+  o.extra(t.extra);
+}
+
+template <class Out>
+void emit(Out& o, const SparseTensor& s) {
+  if (s.values) o.message(1, *s.values);
+  if (s.indices) o.message(2, *s.indices);
+  for (int64_t d : s.dims) o.varint(3, uint64_t(d));
+  o.extra(s.extra);
+}
+
+template <class Out>
+void emit(Out& o, const Graph& g);
+
+template <class Out>
+void emit(Out& o, const Attribute& a) {
+  if (a.name.has) o.bytes(1, a.name.value);
+  if (a.f.has) o.fixed32(2, a.f.value);
+  if (a.i.has) o.varint(3, uint64_t(a.i.value));
+  if (a.s.has) o.bytes(4, a.s.value);
+  if (a.t) o.message(5, *a.t);
+  if (a.g) o.message(6, *a.g);
+  for (float f : a.floats) o.fixed32(7, f);
+  for (int64_t i : a.ints) o.varint(8, uint64_t(i));
+  for (const auto& s : a.strings) o.bytes(9, s);
+  for (const auto& t : a.tensors) o.message(10, *t);
+  for (const auto& g : a.graphs) o.message(11, *g);
+  if (a.doc_string.has) o.bytes(13, a.doc_string.value);
+  if (a.tp.has) o.bytes(14, a.tp.value);
+  for (const auto& tp : a.type_protos) o.bytes(15, tp);
+  if (a.type.has) o.varint(20, uint64_t(int64_t(a.type.value)));
+  if (a.ref_attr_name.has) o.bytes(21, a.ref_attr_name.value);
+  if (a.sparse_tensor) o.message(22, *a.sparse_tensor);
+  for (const auto& s : a.sparse_tensors) o.message(23, *s);
+  o.extra(a.extra);
+}
+
+const std::string kEmpty;
+inline const std::string& value_name(const Value* v) { return v ? v->name : kEmpty; }
+
+template <class Out>
+void emit(Out& o, const Node& n) {
+  for (const Value* v : n.inputs) o.bytes(1, value_name(v));
+  for (const Value* v : n.outputs) o.bytes(2, value_name(v));
+  if (n.name.has) o.bytes(3, n.name.value);
+  if (n.op_type.has) o.bytes(4, n.op_type.value);
+  for (const auto& a : n.attributes) o.message(5, a);
+  if (n.doc_string.has) o.bytes(6, n.doc_string.value);
+  if (n.domain.has) o.bytes(7, n.domain.value);
+  if (n.overload.has) o.bytes(8, n.overload.value);
+  for (const auto& e : n.metadata_props) o.message(9, e);
+  o.extra(n.extra);
+}
+
+template <class Out>
+void emit(Out& o, const Graph& g) {
+  for (const auto& n : g.nodes) o.message(1, *n);
+  if (g.name.has) o.bytes(2, g.name.value);
+  for (const auto& t : g.initializers) o.message(5, *t);
+  if (g.doc_string.has) o.bytes(10, g.doc_string.value);
+  for (const auto& v : g.inputs) o.message(11, v);
+  for (const auto& v : g.outputs) o.message(12, v);
+  for (const auto& v : g.value_info) o.message(13, v);
+  for (const auto& s : g.sparse_initializers) o.message(15, s);
+  for (const auto& e : g.metadata_props) o.message(16, e);
+  o.extra(g.extra);
+}
+
+template <class Out>
+void emit(Out& o, const Function& f) {
+  const Graph& body = *f.body;
+  if (f.name.has) o.bytes(1, f.name.value);
+  for (const auto& v : body.inputs) o.bytes(4, v.value ? v.value->name : v.name.value);
+  for (const auto& v : body.outputs) o.bytes(5, v.value ? v.value->name : v.name.value);
+  for (const auto& s : f.attribute) o.bytes(6, s);
+  for (const auto& n : body.nodes) o.message(7, *n);
+  if (f.doc_string.has) o.bytes(8, f.doc_string.value);
+  for (const auto& x : f.opset_import) o.message(9, x);
+  if (f.domain.has) o.bytes(10, f.domain.value);
+  for (const auto& a : f.attribute_proto) o.message(11, a);
+  for (const auto& v : body.value_info) o.message(12, v);
+  if (f.overload.has) o.bytes(13, f.overload.value);
+  for (const auto& e : f.metadata_props) o.message(14, e);
+  o.extra(f.extra);
+}
+
+template <class Out>
+void emit(Out& o, const TrainingInfo& t) {
+  if (t.initialization) o.message(1, *t.initialization);
+  if (t.algorithm) o.message(2, *t.algorithm);
+  for (const auto& e : t.initialization_binding) o.message(3, e);
+  for (const auto& e : t.update_binding) o.message(4, e);
+  o.extra(t.extra);
+}
+
+template <class Out>
+void emit(Out& o, const Model& m) {
+  if (m.ir_version.has) o.varint(1, uint64_t(m.ir_version.value));
+  if (m.producer_name.has) o.bytes(2, m.producer_name.value);
+  if (m.producer_version.has) o.bytes(3, m.producer_version.value);
+  if (m.domain.has) o.bytes(4, m.domain.value);
+  if (m.model_version.has) o.varint(5, uint64_t(m.model_version.value));
+  if (m.doc_string.has) o.bytes(6, m.doc_string.value);
+  if (m.graph) o.message(7, *m.graph);
+  for (const auto& x : m.opset_import) o.message(8, x);
+  for (const auto& e : m.metadata_props) o.message(14, e);
+  for (const auto& t : m.training_info) o.message(20, t);
+  for (const auto& f : m.functions) o.message(25, *f);
+  o.extra(m.extra);
+}
+
+template <class Out>
+void emit_external(Out& o, const Tensor& t, const Plan& plan, const Placement& p);
+
+// Computes sizes and caches them in each message.
+class Counter {
+ public:
+  explicit Counter(const Plan* plan) : plan_(plan) {}
+  uint64_t n = 0;
+
+  void varint(uint32_t f, uint64_t v) { n += varint_size(make_tag(f, kVarint)) + varint_size(v); }
+  void fixed32(uint32_t f, float) { n += varint_size(make_tag(f, kFixed32)) + 4; }
+  void bytes(uint32_t f, const std::string& s) { len_field(f, s.size()); }
+  void bytes(uint32_t f, const void*, uint64_t len) { len_field(f, len); }
+  void blob(uint32_t f, const Blob& b) { len_field(f, b.length); }
+  template <class T>
+  void packed(uint32_t f, const std::vector<T>& xs) {
+    uint64_t k = 0;
+    for (T x : xs) k += varint_size(uint64_t(int64_t(x)));
+    len_field(f, k);
+  }
+  void extra(const RawFields& raw) {
+    for (const auto& r : raw) n += r.size();
+  }
+  template <class M>
+  void message(uint32_t f, const M& m) {
+    Counter c(plan_);
+    emit(c, m);
+    m.cached_size = c.n;
+    len_field(f, c.n);
+  }
+  const Placement* placement(const Tensor& t) const {
+    if (!plan_) return nullptr;
+    auto it = plan_->placed.find(&t);
+    return it == plan_->placed.end() ? nullptr : &it->second;
+  }
+  void external(const Tensor& t, const Placement& p) { emit_external(*this, t, *plan_, p); }
+
+ private:
+  void len_field(uint32_t f, uint64_t len) { n += varint_size(make_tag(f, kLen)) + varint_size(len) + len; }
+  const Plan* plan_;
+};
+
+// Streams bytes; message sizes come from a prior Counter pass.
+class Writer {
+ public:
+  Writer(Sink& sink, const Plan* plan) : sink_(sink), plan_(plan) {}
+
+  void varint(uint32_t f, uint64_t v) {
+    tag(f, kVarint);
+    put(v);
+  }
+  void fixed32(uint32_t f, float x) {
+    tag(f, kFixed32);
+    sink_.write(&x, 4);
+  }
+  void bytes(uint32_t f, const std::string& s) { bytes(f, s.data(), s.size()); }
+  void bytes(uint32_t f, const void* p, uint64_t len) {
+    tag(f, kLen);
+    put(len);
+    sink_.write(p, len);
+  }
+  void blob(uint32_t f, const Blob& b) {
+    tag(f, kLen);
+    put(b.length);
+    sink_.write_blob(b);
+  }
+  template <class T>
+  void packed(uint32_t f, const std::vector<T>& xs) {
+    uint64_t k = 0;
+    for (T x : xs) k += varint_size(uint64_t(int64_t(x)));
+    tag(f, kLen);
+    put(k);
+    for (T x : xs) put(uint64_t(int64_t(x)));
+  }
+  void extra(const RawFields& raw) {
+    for (const auto& r : raw) sink_.write(r.data(), r.size());
+  }
+  template <class M>
+  void message(uint32_t f, const M& m) {
+    tag(f, kLen);
+    put(m.cached_size);
+    emit(*this, m);
+  }
+  const Placement* placement(const Tensor& t) const {
+    if (!plan_) return nullptr;
+    auto it = plan_->placed.find(&t);
+    return it == plan_->placed.end() ? nullptr : &it->second;
+  }
+  void external(const Tensor& t, const Placement& p) { emit_external(*this, t, *plan_, p); }
+
+ private:
+  void tag(uint32_t f, WireType w) { put(make_tag(f, w)); }
+  void put(uint64_t v) {
+    uint8_t b[10];
+    sink_.write(b, put_varint(b, v));
+  }
+  Sink& sink_;
+  const Plan* plan_;
+};
+
+// External-data entries of a placed tensor: location/offset/length rewritten,
+// any other keys (checksum, ...) kept.
+template <class Out>
+void emit_external(Out& o, const Tensor& t, const Plan& plan, const Placement& p) {
+  Entry fresh[3];
+  fresh[0].key.set("location");
+  fresh[0].value.set(plan.files[p.file]);
+  fresh[1].key.set("offset");
+  fresh[1].value.set(std::to_string(p.offset));
+  fresh[2].key.set("length");
+  fresh[2].value.set(std::to_string(t.raw_payload()->length));
+  for (Entry& e : fresh) {
+    Counter c(nullptr);
+    emit(c, e);
+    e.cached_size = c.n;
+    o.message(13, e);
+  }
+  for (const auto& e : t.external_data) {
+    const std::string& k = e.key.value;
+    if (k != "location" && k != "offset" && k != "length") o.message(13, e);
+  }
+}
+
+// ---------------------------------------------------------------- planning
+
+uint64_t model_size(const Model& m, const Plan* plan) {
+  Counter c(plan);
+  emit(c, m);
+  m.cached_size = c.n;
+  return c.n;
+}
+
+std::string base_name(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+std::string dir_name(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+Plan make_plan(const Model& m, ExternalMode mode, const SaveOptions& opt, const std::string& path) {
+  Plan plan;
+  if (mode == ExternalMode::kNone) return plan;
+  const std::string location = opt.location.empty() ? base_name(path) + ".data" : opt.location;
+  std::vector<uint64_t> sizes;
+  for (const Tensor* t : m.all_tensors()) {
+    const Blob* payload = t->raw_payload();
+    if (!payload || t->segment.has) continue;
+    bool external = t->is_external() || (mode == ExternalMode::kAll && payload->length >= opt.size_threshold);
+    if (!external) continue;
+    if (plan.files.empty() ||
+        (opt.max_file_size && sizes.back() > 0 && sizes.back() + payload->length > opt.max_file_size)) {
+      plan.files.push_back(plan.files.empty() ? location : location + "." + std::to_string(plan.files.size()));
+      sizes.push_back(0);
+      plan.order.emplace_back();
+    }
+    const uint64_t align = payload->length >= opt.align_threshold ? std::max<uint64_t>(opt.align, 1) : 16;
+    uint64_t offset = (sizes.back() + align - 1) / align * align;
+    plan.placed.emplace(t, Placement{plan.files.size() - 1, offset});
+    plan.order.back().push_back(t);
+    sizes.back() = offset + payload->length;
+    plan.external_bytes += payload->length;
+  }
+  return plan;
+}
+
+std::string temp_name(const std::string& dir, const std::string& name) {
+  static std::atomic<uint64_t> counter{0};
+  return dir + "/." + name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+void write_data_file(const Plan& plan, size_t file, const std::string& tmp_path) {
+  FileSink sink(tmp_path);
+  uint64_t pos = 0;
+  static const char kZeros[4096] = {};
+  for (const Tensor* t : plan.order[file]) {
+    uint64_t offset = plan.placed.at(t).offset;
+    while (pos < offset) {
+      uint64_t k = std::min<uint64_t>(offset - pos, sizeof(kZeros));
+      sink.write(kZeros, k);
+      pos += k;
+    }
+    const Blob& b = *t->raw_payload();
+    sink.write_blob(b);
+    pos += b.length;
+  }
+  sink.close();
+}
+
+}  // namespace
+
+uint64_t inline_size(const Model& m) { return model_size(m, nullptr); }
+
+std::string serialize_tensor(const Tensor& t) {
+  Counter c(nullptr);
+  emit(c, t);
+  std::string out;
+  out.reserve(c.n);
+  StringSink sink(out);
+  Writer w(sink, nullptr);
+  emit(w, t);
+  return out;
+}
+
+std::string serialize(const Model& m) {
+  uint64_t n = model_size(m, nullptr);
+  if (n > kProtobufLimit)
+    throw ModelError("the model is " + std::to_string(n) + " bytes inline, past protobuf's 2 GB limit; save it with external data instead");
+  std::string out;
+  out.reserve(n);
+  StringSink sink(out);
+  Writer w(sink, nullptr);
+  emit(w, m);
+  return out;
+}
+
+SaveResult save_file(const Model& m, const std::string& path, const SaveOptions& opt) {
+  SaveResult result;
+  const std::string dir = dir_name(path);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw ModelError("cannot save " + path + ": folder '" + dir + "' does not exist");
+  if (!opt.location.empty() && (opt.location[0] == '/' || opt.location.find("..") != std::string::npos ||
+                                opt.location.find('/') != std::string::npos))
+    throw ModelError("external data location '" + opt.location + "' must be a plain file name beside the model");
+
+  ExternalMode mode = opt.mode;
+  Plan plan = make_plan(m, mode, opt, path);
+  uint64_t size = model_size(m, &plan);
+  if (size > kProtobufLimit && mode == ExternalMode::kKeep) {
+    mode = ExternalMode::kAll;
+    plan = make_plan(m, mode, opt, path);
+    size = model_size(m, &plan);
+    result.switched_to_external = true;
+  }
+  if (size > kProtobufLimit)
+    throw ModelError("cannot save " + path + ": the model is " + std::to_string(size) +
+                     " bytes, past protobuf's 2 GB limit; save with external data");
+
+  // Everything goes to temporary names first; renames happen only once all
+  // files are complete, so a failure leaves no half-written output behind.
+  std::vector<std::pair<std::string, std::string>> renames;
+  auto cleanup = [&] {
+    for (auto& r : renames) ::unlink(r.first.c_str());
+  };
+  try {
+    for (size_t i = 0; i < plan.files.size(); ++i) {
+      std::string tmp = temp_name(dir, plan.files[i]);
+      renames.emplace_back(tmp, dir + "/" + plan.files[i]);
+      write_data_file(plan, i, tmp);
+    }
+    std::string tmp = temp_name(dir, base_name(path));
+    renames.emplace_back(tmp, path);
+    FileSink sink(tmp);
+    Writer w(sink, &plan);
+    emit(w, m);
+    sink.close();
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  // The source may be one of the files replaced below: map every source file
+  // now so its old contents stay readable after the rename.
+  for (const Tensor* t : m.all_tensors()) {
+    if (const Blob* b = t->raw_payload(); b && b->buffer && b->length) b->buffer->data();
+  }
+  for (auto& r : renames) {
+    if (::rename(r.first.c_str(), r.second.c_str()) != 0) {
+      int err = errno;
+      cleanup();
+      throw ModelError("cannot move " + r.first + " to " + r.second + ": " + std::strerror(err));
+    }
+  }
+  result.model_bytes = size;
+  result.data_files = plan.files;
+  result.external_bytes = plan.external_bytes;
+  return result;
+}
+
+}  // namespace pyonnxopt::proto
