@@ -1,0 +1,29 @@
+"""pyonnxopt: an ONNX model optimizer with a native core.
+
+    import pyonnxopt
+    model = pyonnxopt.load("model.onnx")      # path, bytes or onnx.ModelProto
+    for node in model.graph.nodes: ...
+    model.save("out.onnx", external_data=True)
+"""
+
+from pyonnxopt.errors import Error, MissingDependency, ModelError, PassError, VerificationError
+from pyonnxopt.model import Function, Graph, Model, Node, SaveResult, Tensor, Value, load
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Error",
+    "Function",
+    "Graph",
+    "MissingDependency",
+    "Model",
+    "ModelError",
+    "Node",
+    "PassError",
+    "SaveResult",
+    "Tensor",
+    "Value",
+    "VerificationError",
+    "__version__",
+    "load",
+]

@@ -1,0 +1,21 @@
+"""The exceptions pyonnxopt raises. Every user-facing failure is an `Error`."""
+
+
+class Error(Exception):
+    """Base class of every pyonnxopt error."""
+
+
+class ModelError(Error, ValueError):
+    """The input model is malformed or breaks ONNX's rules (names the file, node or tensor)."""
+
+
+class PassError(Error):
+    """A pass failed; the message names the pass and the ones that ran before it."""
+
+
+class VerificationError(Error):
+    """The optimized model's outputs differ from the original's beyond tolerance."""
+
+
+class MissingDependency(Error, ImportError):
+    """An optional dependency is needed for what was asked; the message says what to install."""
