@@ -1,0 +1,5 @@
+import sys
+
+from pyonnxopt.cli import main
+
+sys.exit(main())
