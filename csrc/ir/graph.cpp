@@ -56,10 +56,63 @@ std::vector<Graph*> Node::subgraphs() const {
   return out;
 }
 
-Value* Graph::find_local(std::string_view n) const {
-  auto it = by_name_.find(n);
-  return it == by_name_.end() ? nullptr : it->second;
+static uint64_t name_hash(std::string_view s) {
+  uint64_t h = std::hash<std::string_view>()(s);
+  return h ? h : 1;  // 0 marks an empty slot
 }
+
+size_t NameIndex::probe(std::string_view name, uint64_t hash) const {
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = hash & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (!s.value || (s.hash == hash && s.value->name == name)) return i;
+  }
+}
+
+Value* NameIndex::find(std::string_view name) const {
+  if (slots_.empty()) return nullptr;
+  return slots_[probe(name, name_hash(name))].value;
+}
+
+void NameIndex::reserve(size_t n) {
+  size_t want = 16;
+  while (want < 2 * n + 2) want <<= 1;
+  if (want <= slots_.size()) return;
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(want, Slot{});
+  for (const Slot& s : old)
+    if (s.value) slots_[probe(s.value->name, s.hash)] = s;
+}
+
+bool NameIndex::insert(Value* v) {
+  if (2 * (size_ + 1) > slots_.size()) reserve(size_ + 1 > 8 ? 2 * (size_ + 1) : 8);
+  uint64_t h = name_hash(v->name);
+  size_t i = probe(v->name, h);
+  if (slots_[i].value) return false;
+  slots_[i] = Slot{h, v};
+  ++size_;
+  return true;
+}
+
+void NameIndex::erase(std::string_view name) {
+  if (slots_.empty()) return;
+  const size_t mask = slots_.size() - 1;
+  size_t i = probe(name, name_hash(name));
+  if (!slots_[i].value) return;
+  // Backward-shift deletion keeps every probe chain unbroken without tombstones.
+  for (size_t j = (i + 1) & mask; slots_[j].value; j = (j + 1) & mask) {
+    size_t home = slots_[j].hash & mask;
+    bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+    if (movable) {
+      slots_[i] = slots_[j];
+      i = j;
+    }
+  }
+  slots_[i] = Slot{};
+  --size_;
+}
+
+Value* Graph::find_local(std::string_view n) const { return by_name_.find(n); }
 
 Value* Graph::lookup(std::string_view n) const {
   for (const Graph* g = this; g; g = g->parent)
@@ -67,23 +120,28 @@ Value* Graph::lookup(std::string_view n) const {
   return nullptr;
 }
 
-Value* Graph::create_value(std::string n) {
-  if (by_name_.count(n)) throw ModelError("value '" + n + "' is defined twice in graph '" + name.value + "'");
+Value* Graph::try_create_value(std::string_view n) {
   auto v = std::make_unique<Value>();
-  v->name = std::move(n);
+  v->name = std::string(n);
   v->graph = this;
-  Value* raw = v.get();
+  if (!by_name_.insert(v.get())) return nullptr;
+  v->slot = values_.size();
   values_.push_back(std::move(v));
-  by_name_.emplace(raw->name, raw);
-  return raw;
+  return values_.back().get();
+}
+
+Value* Graph::create_value(std::string n) {
+  Value* v = try_create_value(n);
+  if (!v) throw ModelError("value '" + n + "' is defined twice in graph '" + name.value + "'");
+  return v;
 }
 
 void Graph::rename_value(Value* v, std::string new_name) {
   if (v->name == new_name) return;
-  if (by_name_.count(new_name)) throw ModelError("cannot rename '" + v->name + "': '" + new_name + "' exists");
+  if (by_name_.find(new_name)) throw ModelError("cannot rename '" + v->name + "': '" + new_name + "' exists");
   by_name_.erase(v->name);
   v->name = std::move(new_name);
-  by_name_.emplace(v->name, v);
+  by_name_.insert(v);
   if (v->initializer) v->initializer->name.set(v->name);
   if (v->info) v->info->name.set(v->name);
 }
@@ -133,11 +191,14 @@ void Graph::remove_node(Node* node) {
     if (!out) continue;
     out->producer = nullptr;
     by_name_.erase(out->name);
-    auto it = std::find_if(values_.begin(), values_.end(), [&](const auto& p) { return p.get() == out; });
-    if (it != values_.end()) {
-      dropped_values_.push_back(std::move(*it));
-      values_.erase(it);
+    // Swap with the last value and pop: O(1), the value list's order is not meaningful.
+    size_t slot = out->slot;
+    dropped_values_.push_back(std::move(values_[slot]));
+    if (slot + 1 != values_.size()) {
+      values_[slot] = std::move(values_.back());
+      values_[slot]->slot = slot;
     }
+    values_.pop_back();
   }
   node->removed = true;
   removed_.push_back(std::move(*node->self));
@@ -246,7 +307,8 @@ static void add_graph_tree(Graph* g, std::vector<Graph*>& out) {
   if (!g) return;
   out.push_back(g);
   for (const auto& n : g->nodes)
-    for (Graph* sub : n->subgraphs()) add_graph_tree(sub, out);
+    if (n->has_subgraphs())
+      for (Graph* sub : n->subgraphs()) add_graph_tree(sub, out);
 }
 
 std::vector<Graph*> Model::all_graphs() const {

@@ -111,9 +111,9 @@ class Resolver {
 
 }  // namespace
 
-void resolve_external_data(Model& model, bool allow_outside) {
+void resolve_external_data(Model& model, const std::vector<Tensor*>& tensors, bool allow_outside) {
   Resolver r(model, allow_outside);
-  for (Tensor* t : model.all_tensors())
+  for (Tensor* t : tensors)
     if (t->is_external()) r.resolve(*t);
 }
 

@@ -10,14 +10,14 @@ std::string graph_label(const Graph& g) {
   return "graph '" + g.name.value + "'";
 }
 
-Value* define(Graph& g, const std::string& name, const std::string& what) {
-  if (Value* old = g.find_local(name)) {
-    std::string by = old->producer ? "node " + old->producer->display_name()
-                     : old->initializer ? std::string("an initializer")
-                                        : std::string("a graph input");
-    throw ModelError(graph_label(g) + ": " + what + " '" + name + "' is already defined by " + by);
-  }
-  return g.create_value(name);
+Value* define(Graph& g, std::string_view name, const char* what, const Node* node = nullptr) {
+  if (Value* v = g.try_create_value(name)) return v;
+  Value* old = g.find_local(name);
+  std::string by = old->producer ? "node " + old->producer->display_name()
+                   : old->initializer ? std::string("an initializer")
+                                      : std::string("a graph input");
+  std::string thing = node ? "output of node " + node->display_name() : std::string(what);
+  throw ModelError(graph_label(g) + ": " + thing + " '" + std::string(name) + "' is already defined by " + by);
 }
 
 void link_graph(Graph& g, Graph* parent, Node* owner, PendingNames& names);
@@ -29,7 +29,7 @@ void link_nodes_and_outputs(Graph& g, PendingNames& names) {
     n->outputs.assign(io.outputs.size(), nullptr);
     for (size_t i = 0; i < io.outputs.size(); ++i) {
       if (io.outputs[i].empty()) continue;
-      Value* v = define(g, io.outputs[i], "output of node " + n->display_name());
+      Value* v = define(g, io.outputs[i], "output", n);
       v->producer = n;
       v->producer_index = static_cast<int>(i);
       n->outputs[i] = v;
@@ -46,7 +46,7 @@ void link_nodes_and_outputs(Graph& g, PendingNames& names) {
       if (io.inputs[i].empty()) continue;
       Value* v = g.lookup(io.inputs[i]);
       if (!v)
-        throw ModelError(graph_label(g) + ": node " + n->display_name() + " reads '" + io.inputs[i] +
+        throw ModelError(graph_label(g) + ": node " + n->display_name() + " reads '" + std::string(io.inputs[i]) +
                          "', which no node, graph input or initializer defines");
       n->inputs[i] = v;
       v->uses.push_back(Use{n, static_cast<int>(i)});
@@ -57,6 +57,9 @@ void link_nodes_and_outputs(Graph& g, PendingNames& names) {
 void link_graph(Graph& g, Graph* parent, Node* owner, PendingNames& names) {
   g.parent = parent;
   g.owner_node = owner;
+  size_t expected = g.inputs.size() + g.initializers.size() + g.sparse_initializers.size();
+  for (const auto& n : g.nodes) expected += names.of(n.get()).outputs.size();
+  g.reserve_values(expected);
   for (auto& in : g.inputs) {
     if (!in.name.has || in.name.value.empty()) throw ModelError(graph_label(g) + " has an input without a name");
     Value* v = define(g, in.name.value, "input");
@@ -175,8 +178,8 @@ void link_model(Model& model, PendingNames& names) {
   for (Graph* g : model.all_graphs()) check_acyclic(*g);
 }
 
-void check_tensors(const Model& model) {
-  for (const Tensor* t : model.all_tensors()) check_tensor(*t);
+void check_tensors(const std::vector<Tensor*>& tensors) {
+  for (const Tensor* t : tensors) check_tensor(*t);
 }
 
 }  // namespace pyonnxopt::proto

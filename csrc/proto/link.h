@@ -3,7 +3,7 @@
 #pragma once
 
 #include <string>
-#include <unordered_map>
+#include <string_view>
 #include <vector>
 
 #include "ir/model.h"
@@ -11,15 +11,21 @@
 namespace pyonnxopt::proto {
 
 // Node input/output names as parsed, before they are resolved to Values.
+// Views into the input bytes, which outlive linking; indexed by the node's
+// order_index, which the parser assigns.
 class PendingNames {
  public:
   struct IO {
-    std::vector<std::string> inputs, outputs;
+    std::vector<std::string_view> inputs, outputs;
   };
-  IO& of(const ir::Node* n) { return map_[n]; }
+  IO& add(ir::Node* n) {
+    n->order_index = ios_.size();
+    return ios_.emplace_back();
+  }
+  IO& of(const ir::Node* n) { return ios_[n->order_index]; }
 
  private:
-  std::unordered_map<const ir::Node*, IO> map_;
+  std::vector<IO> ios_;
 };
 
 // Builds every graph's values and use-def lists. Throws ir::ModelError on a
@@ -28,9 +34,9 @@ void link_model(ir::Model& model, PendingNames& names);
 
 // Maps each external tensor to its file (lazily) after checking the location
 // stays inside model.base_dir and the byte range lies inside the file.
-void resolve_external_data(ir::Model& model, bool allow_outside);
+void resolve_external_data(ir::Model& model, const std::vector<ir::Tensor*>& tensors, bool allow_outside);
 
 // Dims are non-negative and the stored bytes or elements match them.
-void check_tensors(const ir::Model& model);
+void check_tensors(const std::vector<ir::Tensor*>& tensors);
 
 }  // namespace pyonnxopt::proto

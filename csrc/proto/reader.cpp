@@ -80,6 +80,10 @@ class Parser {
     expect(r, f, kLen);
     return std::string(r.bytes());
   }
+  std::string_view view_str(WireReader& r, const Field& f) {
+    expect(r, f, kLen);
+    return r.bytes();
+  }
   std::string raw_msg(WireReader& r, const Field& f) {  // a message kept as bytes
     expect(r, f, kLen);
     return std::string(r.bytes());
@@ -262,12 +266,12 @@ class Parser {
 
   std::unique_ptr<Node> node(WireReader r, int depth) {
     auto n = std::make_unique<Node>();
-    auto& io = names_.of(n.get());
+    auto& io = names_.add(n.get());
     Field f;
     while (next(r, f)) {
       switch (f.num) {
-        case 1: io.inputs.push_back(str(r, f)); break;
-        case 2: io.outputs.push_back(str(r, f)); break;
+        case 1: io.inputs.push_back(view_str(r, f)); break;
+        case 2: io.outputs.push_back(view_str(r, f)); break;
         case 3: n->name.set(str(r, f)); break;
         case 4: n->op_type.set(str(r, f)); break;
         case 5: n->attributes.push_back(attribute(msg(r, f), depth)); break;
@@ -385,8 +389,9 @@ std::unique_ptr<Model> parse(std::shared_ptr<const Buffer> buf, const std::strin
   model->base_dir = std::move(base_dir);
   try {
     link_model(*model, names);
-    resolve_external_data(*model, options.allow_external_outside);
-    check_tensors(*model);
+    const std::vector<Tensor*> tensors = model->all_tensors();
+    resolve_external_data(*model, tensors, options.allow_external_outside);
+    check_tensors(tensors);
   } catch (const ModelError& e) {
     throw ModelError(label + ": " + e.what());
   }
