@@ -287,7 +287,7 @@ PYBIND11_MODULE(_core, m) {
                              [](const GraphRef& g) {
                                std::vector<NodeRef> out;
                                out.reserve(g.ptr->nodes.size());
-                               for (auto& n : g.ptr->nodes) out.push_back(NodeRef{g.model, n.get()});
+                               for (ir::Node* n : g.ptr->nodes) out.push_back(NodeRef{g.model, n});
                                return out;
                              })
       .def("__len__", [](const GraphRef& g) { return g.ptr->nodes.size(); })
@@ -315,7 +315,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("values",
                              [](const GraphRef& g) {
                                std::vector<ValueRef> out;
-                               for (auto& v : g.ptr->values()) out.push_back(ValueRef{g.model, v.get()});
+                               for (ir::Value* v : g.ptr->values()) out.push_back(ValueRef{g.model, v});
                                return out;
                              })
       .def("value", [](const GraphRef& g, const std::string& name) { return ref_or_none(g.model, g.ptr->lookup(name)); },
@@ -333,22 +333,17 @@ PYBIND11_MODULE(_core, m) {
           [](const GraphRef& g, const std::string& op_type, const std::vector<std::optional<ValueRef>>& inputs,
              const std::vector<std::string>& outputs, const std::string& name, const std::string& domain,
              std::optional<NodeRef> before) {
-            auto node = std::make_unique<ir::Node>();
+            for (const auto& o : outputs)
+              if (!o.empty() && g.ptr->find_local(o))
+                throw ir::ModelError("output '" + o + "' of new node is already defined twice in graph '" +
+                                     g.ptr->name.value + "'");
+            ir::Node* node = g.ptr->new_node();
             node->op_type.set(op_type);
             if (!name.empty()) node->name.set(name);
             if (!domain.empty()) node->domain.set(domain);
             for (const auto& v : inputs) node->inputs.push_back(v ? v->ptr : nullptr);
-            std::vector<ir::Value*> created;
-            for (const auto& o : outputs) {
-              if (o.empty()) {
-                node->outputs.push_back(nullptr);
-                continue;
-              }
-              ir::Value* v = g.ptr->create_value(o);
-              created.push_back(v);
-              node->outputs.push_back(v);
-            }
-            return NodeRef{g.model, g.ptr->add_node(std::move(node), before ? before->ptr : nullptr)};
+            for (const auto& o : outputs) node->outputs.push_back(o.empty() ? nullptr : g.ptr->create_value(o));
+            return NodeRef{g.model, g.ptr->add_node(node, before ? before->ptr : nullptr)};
           },
           py::arg("op_type"), py::arg("inputs"), py::arg("outputs"), py::arg("name") = "", py::arg("domain") = "",
           py::arg("before") = py::none());

@@ -56,7 +56,7 @@ std::vector<Graph*> Node::subgraphs() const {
   return out;
 }
 
-static uint64_t name_hash(std::string_view s) {
+uint64_t NameIndex::hash_of(std::string_view s) {
   uint64_t h = std::hash<std::string_view>()(s);
   return h ? h : 1;  // 0 marks an empty slot
 }
@@ -71,7 +71,7 @@ size_t NameIndex::probe(std::string_view name, uint64_t hash) const {
 
 Value* NameIndex::find(std::string_view name) const {
   if (slots_.empty()) return nullptr;
-  return slots_[probe(name, name_hash(name))].value;
+  return slots_[probe(name, hash_of(name))].value;
 }
 
 void NameIndex::reserve(size_t n) {
@@ -86,7 +86,7 @@ void NameIndex::reserve(size_t n) {
 
 bool NameIndex::insert(Value* v) {
   if (2 * (size_ + 1) > slots_.size()) reserve(size_ + 1 > 8 ? 2 * (size_ + 1) : 8);
-  uint64_t h = name_hash(v->name);
+  uint64_t h = hash_of(v->name);
   size_t i = probe(v->name, h);
   if (slots_[i].value) return false;
   slots_[i] = Slot{h, v};
@@ -97,7 +97,7 @@ bool NameIndex::insert(Value* v) {
 void NameIndex::erase(std::string_view name) {
   if (slots_.empty()) return;
   const size_t mask = slots_.size() - 1;
-  size_t i = probe(name, name_hash(name));
+  size_t i = probe(name, hash_of(name));
   if (!slots_[i].value) return;
   // Backward-shift deletion keeps every probe chain unbroken without tombstones.
   for (size_t j = (i + 1) & mask; slots_[j].value; j = (j + 1) & mask) {
@@ -121,13 +121,17 @@ Value* Graph::lookup(std::string_view n) const {
 }
 
 Value* Graph::try_create_value(std::string_view n) {
-  auto v = std::make_unique<Value>();
-  v->name = std::string(n);
-  v->graph = this;
-  if (!by_name_.insert(v.get())) return nullptr;
+  bool inserted = false;
+  Value* v = by_name_.find_or_insert(n, inserted, [&] {
+    Value* fresh = &value_pool_.emplace_back();
+    fresh->name = std::string(n);
+    fresh->graph = this;
+    return fresh;
+  });
+  if (!inserted) return nullptr;
   v->slot = values_.size();
-  values_.push_back(std::move(v));
-  return values_.back().get();
+  values_.push_back(v);
+  return v;
 }
 
 Value* Graph::create_value(std::string n) {
@@ -146,9 +150,33 @@ void Graph::rename_value(Value* v, std::string new_name) {
   if (v->info) v->info->name.set(v->name);
 }
 
-Node* Graph::add_node(std::unique_ptr<Node> node, Node* before) {
-  Node* raw = node.get();
-  raw->graph = this;
+void NodeList::insert(Node* n, Node* before) {
+  n->next = before;
+  n->prev = before ? before->prev : tail_;
+  if (n->prev) n->prev->next = n;
+  else head_ = n;
+  if (before) before->prev = n;
+  else tail_ = n;
+  ++size_;
+}
+
+void NodeList::erase(Node* n) {
+  if (n->prev) n->prev->next = n->next;
+  else head_ = n->next;
+  if (n->next) n->next->prev = n->prev;
+  else tail_ = n->prev;
+  n->prev = n->next = nullptr;
+  --size_;
+}
+
+Node* Graph::new_node() {
+  Node* n = &node_pool_.emplace_back();
+  n->graph = this;
+  return n;
+}
+
+Node* Graph::add_node(Node* raw, Node* before) {
+  if (raw->graph != this) throw ModelError("node " + raw->display_name() + " belongs to another graph");
   for (size_t i = 0; i < raw->outputs.size(); ++i) {
     Value* out = raw->outputs[i];
     if (!out) continue;
@@ -159,8 +187,7 @@ Node* Graph::add_node(std::unique_ptr<Node> node, Node* before) {
   }
   for (size_t i = 0; i < raw->inputs.size(); ++i)
     if (raw->inputs[i]) raw->inputs[i]->uses.push_back(Use{raw, static_cast<int>(i)});
-  auto pos = before ? before->self : nodes.end();
-  raw->self = nodes.insert(pos, std::move(node));
+  nodes.insert(raw, before);
   return raw;
 }
 
@@ -193,16 +220,12 @@ void Graph::remove_node(Node* node) {
     by_name_.erase(out->name);
     // Swap with the last value and pop: O(1), the value list's order is not meaningful.
     size_t slot = out->slot;
-    dropped_values_.push_back(std::move(values_[slot]));
-    if (slot + 1 != values_.size()) {
-      values_[slot] = std::move(values_.back());
-      values_[slot]->slot = slot;
-    }
+    values_[slot] = values_.back();
+    values_[slot]->slot = slot;
     values_.pop_back();
   }
   node->removed = true;
-  removed_.push_back(std::move(*node->self));
-  nodes.erase(node->self);
+  nodes.erase(node);
 }
 
 void Graph::replace_all_uses(Value* from, Value* to) {
@@ -260,8 +283,8 @@ std::vector<Node*> Graph::topological_order() const {
   std::unordered_map<const Node*, size_t> index;
   std::vector<Node*> order_in_file;
   for (const auto& n : nodes) {
-    index.emplace(n.get(), order_in_file.size());
-    order_in_file.push_back(n.get());
+    index.emplace(n, order_in_file.size());
+    order_in_file.push_back(n);
   }
   const size_t count = order_in_file.size();
   std::vector<std::vector<size_t>> users(count);
@@ -341,7 +364,7 @@ std::vector<Tensor*> Model::all_tensors() const {
   for (Graph* g : all_graphs()) {
     for (auto& t : g->initializers) out.push_back(t.get());
     for (auto& s : g->sparse_initializers) add_sparse(s, out);
-    for (auto& n : g->nodes) add_attr_tensors(n->attributes, out);
+    for (Node* n : g->nodes) add_attr_tensors(n->attributes, out);
   }
   for (auto& f : functions) add_attr_tensors(f->attribute_proto, out);
   return out;
@@ -356,8 +379,7 @@ std::vector<std::string> check_invariants(const Model& model) {
       if (o.value) ++output_refs[o.value];
   for (Graph* g : model.all_graphs()) {
     const std::string where = "graph '" + g->name.value + "': ";
-    for (const auto& vp : g->values()) {
-      Value* v = vp.get();
+    for (Value* v : g->values()) {
       if (v->graph != g) report(where + "value '" + v->name + "' has the wrong owner");
       if (g->find_local(v->name) != v) report(where + "value '" + v->name + "' is not indexed by its name");
       if (v->producer) {
@@ -383,16 +405,16 @@ std::vector<std::string> check_invariants(const Model& model) {
         Value* v = n->inputs[i];
         if (!v) continue;
         if (g->lookup(v->name) != v) report(where + "node " + n->display_name() + " reads '" + v->name + "', not in scope");
-        if (std::count(v->uses.begin(), v->uses.end(), Use{n.get(), int(i)}) != 1)
+        if (std::count(v->uses.begin(), v->uses.end(), Use{n, int(i)}) != 1)
           report(where + "node " + n->display_name() + " input " + std::to_string(i) + " is missing from its value's uses");
       }
       for (size_t i = 0; i < n->outputs.size(); ++i) {
         Value* v = n->outputs[i];
-        if (v && (v->producer != n.get() || v->producer_index != int(i)))
+        if (v && (v->producer != n || v->producer_index != int(i)))
           report(where + "node " + n->display_name() + " output '" + v->name + "' does not point back to it");
       }
       for (Graph* sub : n->subgraphs())
-        if (sub->parent != g || sub->owner_node != n.get()) report(where + "subgraph of " + n->display_name() + " has wrong links");
+        if (sub->parent != g || sub->owner_node != n) report(where + "subgraph of " + n->display_name() + " has wrong links");
     }
     try {
       g->topological_order();

@@ -5,7 +5,7 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
+#include <deque>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -180,6 +180,10 @@ class NameIndex {
  public:
   Value* find(std::string_view name) const;
   bool insert(Value* v);  // keyed by v->name; false when the name is taken
+  // The value named `name`, or, when there is none, `make()`'s new value
+  // (named `name`) inserted; one probe either way.
+  template <class Make>
+  Value* find_or_insert(std::string_view name, bool& inserted, Make make);
   void erase(std::string_view name);
   void reserve(size_t n);
 
@@ -188,10 +192,24 @@ class NameIndex {
     uint64_t hash = 0;
     Value* value = nullptr;
   };
+  static uint64_t hash_of(std::string_view name);
   size_t probe(std::string_view name, uint64_t hash) const;  // the slot holding it or the empty one to use
   std::vector<Slot> slots_;
   size_t size_ = 0;
 };
+
+template <class Make>
+Value* NameIndex::find_or_insert(std::string_view name, bool& inserted, Make make) {
+  if (2 * (size_ + 1) > slots_.size()) reserve(size_ + 1 > 8 ? 2 * (size_ + 1) : 8);
+  const uint64_t h = hash_of(name);
+  const size_t i = probe(name, h);
+  inserted = !slots_[i].value;
+  if (inserted) {
+    slots_[i] = Slot{h, make()};
+    ++size_;
+  }
+  return slots_[i].value;
+}
 
 struct Node {  // NodeProto
   Opt<std::string> name, op_type, domain, overload, doc_string;
@@ -203,9 +221,11 @@ struct Node {  // NodeProto
   mutable uint64_t cached_size = 0;
 
   Graph* graph = nullptr;
-  std::list<std::unique_ptr<Node>>::iterator self;  // position in graph->nodes
+  Node* prev = nullptr;  // neighbours in graph->nodes
+  Node* next = nullptr;
   bool removed = false;
   mutable size_t order_index = 0;  // scratch for ordering checks
+  size_t pending_index = 0;        // scratch for the loader
 
   std::string display_name() const;  // "name (OpType)" for messages
   // Subgraphs held by this node's attributes (If/Loop/Scan bodies).
@@ -217,9 +237,42 @@ struct Node {  // NodeProto
   }
 };
 
+// The nodes of a graph in order: an intrusive doubly-linked list, so insertion
+// and removal are O(1) and iteration allocates nothing. Yields Node*.
+class NodeList {
+ public:
+  class iterator {
+   public:
+    explicit iterator(Node* n) : n_(n) {}
+    Node* operator*() const { return n_; }
+    iterator& operator++() {
+      n_ = n_->next;
+      return *this;
+    }
+    bool operator==(const iterator& o) const { return n_ == o.n_; }
+    bool operator!=(const iterator& o) const { return n_ != o.n_; }
+
+   private:
+    Node* n_;
+  };
+  iterator begin() const { return iterator(head_); }
+  iterator end() const { return iterator(nullptr); }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  Node* front() const { return head_; }
+  Node* back() const { return tail_; }
+  void insert(Node* n, Node* before);  // before == nullptr: append
+  void erase(Node* n);
+
+ private:
+  Node* head_ = nullptr;
+  Node* tail_ = nullptr;
+  size_t size_ = 0;
+};
+
 struct Graph {  // GraphProto, or the body of a FunctionProto
   Opt<std::string> name, doc_string;
-  std::list<std::unique_ptr<Node>> nodes;
+  NodeList nodes;
   std::vector<std::unique_ptr<Tensor>> initializers;
   std::vector<SparseTensor> sparse_initializers;
   std::vector<ValueInfo> inputs, outputs, value_info;
@@ -237,14 +290,17 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   Value* create_value(std::string name);       // throws ModelError on a duplicate
   Value* try_create_value(std::string_view name);  // nullptr on a duplicate
   void rename_value(Value* v, std::string new_name);
-  const std::vector<std::unique_ptr<Value>>& values() const { return values_; }
+  const std::vector<Value*>& values() const { return values_; }
   void reserve_values(size_t n) {
     values_.reserve(n);
     by_name_.reserve(n);
   }
 
-  // Appends (or inserts before `before`) a node; outputs must be fresh values.
-  Node* add_node(std::unique_ptr<Node> node, Node* before = nullptr);
+  // A node owned by this graph, not yet in `nodes`; fill it, then add_node.
+  Node* new_node();
+  // Appends (or inserts before `before`) a node from new_node(); its outputs
+  // must be fresh values.
+  Node* add_node(Node* node, Node* before = nullptr);
   void set_input(Node* node, int index, Value* v);
   // Unlinks a node whose outputs are no longer read; it stays allocated (and
   // flagged `removed`) until the model is destroyed, so handles stay valid.
@@ -261,10 +317,13 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   size_t node_count() const { return nodes.size(); }
 
  private:
-  std::vector<std::unique_ptr<Value>> values_;
+  // Nodes and values live in pools (stable addresses, allocated in chunks,
+  // close together in memory) until the graph dies, so removed ones never
+  // dangle. values_ lists the live values.
+  std::deque<Node> node_pool_;
+  std::deque<Value> value_pool_;
+  std::vector<Value*> values_;
   NameIndex by_name_;
-  std::vector<std::unique_ptr<Node>> removed_;
-  std::vector<std::unique_ptr<Value>> dropped_values_;
 };
 
 struct Function {  // FunctionProto

@@ -20,104 +20,141 @@ Value* define(Graph& g, std::string_view name, const char* what, const Node* nod
   throw ModelError(graph_label(g) + ": " + thing + " '" + std::string(name) + "' is already defined by " + by);
 }
 
-void link_graph(Graph& g, Graph* parent, Node* owner, PendingNames& names);
+void add_sparse(SparseTensor& s, std::vector<Tensor*>& out) {
+  if (s.values) out.push_back(s.values.get());
+  if (s.indices) out.push_back(s.indices.get());
+}
 
-void link_nodes_and_outputs(Graph& g, PendingNames& names) {
-  for (auto& np : g.nodes) {
-    Node* n = np.get();
-    auto& io = names.of(n);
-    n->outputs.assign(io.outputs.size(), nullptr);
-    for (size_t i = 0; i < io.outputs.size(); ++i) {
-      if (io.outputs[i].empty()) continue;
-      Value* v = define(g, io.outputs[i], "output", n);
-      v->producer = n;
-      v->producer_index = static_cast<int>(i);
-      n->outputs[i] = v;
-    }
-  }
-  // Subgraphs see every value of this scope, whatever the node order.
-  for (auto& np : g.nodes)
-    for (Graph* sub : np->subgraphs()) link_graph(*sub, &g, np.get(), names);
-  for (auto& np : g.nodes) {
-    Node* n = np.get();
-    auto& io = names.of(n);
-    n->inputs.assign(io.inputs.size(), nullptr);
-    for (size_t i = 0; i < io.inputs.size(); ++i) {
-      if (io.inputs[i].empty()) continue;
-      Value* v = g.lookup(io.inputs[i]);
-      if (!v)
-        throw ModelError(graph_label(g) + ": node " + n->display_name() + " reads '" + std::string(io.inputs[i]) +
-                         "', which no node, graph input or initializer defines");
-      n->inputs[i] = v;
-      v->uses.push_back(Use{n, static_cast<int>(i)});
-    }
+void add_attribute_tensors(std::vector<Attribute>& attrs, std::vector<Tensor*>& out) {
+  for (auto& a : attrs) {
+    if (a.t) out.push_back(a.t.get());
+    for (auto& t : a.tensors) out.push_back(t.get());
+    if (a.sparse_tensor) add_sparse(*a.sparse_tensor, out);
+    for (auto& sp : a.sparse_tensors) add_sparse(*sp, out);
   }
 }
 
-void link_graph(Graph& g, Graph* parent, Node* owner, PendingNames& names) {
-  g.parent = parent;
-  g.owner_node = owner;
-  size_t expected = g.inputs.size() + g.initializers.size() + g.sparse_initializers.size();
-  for (const auto& n : g.nodes) expected += names.of(n.get()).outputs.size();
-  g.reserve_values(expected);
-  for (auto& in : g.inputs) {
-    if (!in.name.has || in.name.value.empty()) throw ModelError(graph_label(g) + " has an input without a name");
-    Value* v = define(g, in.name.value, "input");
-    v->is_graph_input = true;
-    v->info = &in;
-    in.value = v;
-  }
-  for (size_t i = 0; i < g.initializers.size(); ++i) {
-    Tensor* t = g.initializers[i].get();
-    if (t->name.value.empty()) throw ModelError(graph_label(g) + ": initializer #" + std::to_string(i) + " has no name");
-    Value* v = g.find_local(t->name.value);
-    if (!v || !v->is_graph_input || v->initializer) v = define(g, t->name.value, "initializer");
-    v->initializer = t;
-  }
-  for (size_t i = 0; i < g.sparse_initializers.size(); ++i) {
-    SparseTensor& s = g.sparse_initializers[i];
-    if (!s.values || s.values->name.value.empty())
-      throw ModelError(graph_label(g) + ": sparse initializer #" + std::to_string(i) + " has no name");
-    Value* v = define(g, s.values->name.value, "sparse initializer");
-    v->sparse_initializer = &s;
-  }
-  link_nodes_and_outputs(g, names);
-  for (auto& out : g.outputs) {
-    Value* v = g.lookup(out.name.value);
-    if (!v)
-      throw ModelError(graph_label(g) + ": output '" + out.name.value +
-                       "' is not produced by any node, graph input or initializer");
-    out.value = v;
-    ++v->graph_output_refs;
-    if (!v->info && !g.is_function_body) v->info = &out;
-  }
-  for (auto& vi : g.value_info) {
-    Value* v = g.find_local(vi.name.value);
-    if (!v) continue;  // stale value_info is kept as it is
-    vi.value = v;
-    if (!v->info) v->info = &vi;
-  }
-}
+// Links graphs one scope at a time, walking each graph's nodes as few times
+// as it can (big graphs are bound by memory latency, not arithmetic), and
+// gathers every tensor on the way for the checks that follow.
+class Linker {
+ public:
+  explicit Linker(PendingNames& names) : names_(names) {}
+  std::vector<Tensor*> tensors;
 
-// Cheap when the file is already sorted (the common case); otherwise a full
-// topological sort, which names a node on a cycle.
-void check_acyclic(const Graph& g) {
-  size_t i = 0;
-  for (const auto& n : g.nodes) n->order_index = i++;
-  for (const auto& n : g.nodes) {
-    auto before = [&](const Value* v) {
-      return !v || !v->producer || v->producer->graph != &g || v->producer->order_index < n->order_index;
-    };
+  void link(Graph& g, Graph* parent, Node* owner) {
+    g.parent = parent;
+    g.owner_node = owner;
+    g.reserve_values(g.inputs.size() + g.initializers.size() + g.sparse_initializers.size() + g.nodes.size());
+    define_inputs_and_initializers(g);
+
+    // Pass 1: outputs (every value of the scope must exist before any input
+    // or subgraph resolves a name), file positions, attribute tensors.
+    std::vector<Node*> with_subgraphs;
+    size_t position = 0;
+    for (Node* n : g.nodes) {
+      n->order_index = position++;
+      auto& io = names_.of(n);
+      n->outputs.assign(io.outputs.size(), nullptr);
+      for (size_t i = 0; i < io.outputs.size(); ++i) {
+        if (io.outputs[i].empty()) continue;
+        Value* v = define(g, io.outputs[i], "output", n);
+        v->producer = n;
+        v->producer_index = static_cast<int>(i);
+        n->outputs[i] = v;
+      }
+      if (!n->attributes.empty()) {
+        add_attribute_tensors(n->attributes, tensors);
+        if (n->has_subgraphs()) with_subgraphs.push_back(n);
+      }
+    }
+    for (Node* n : with_subgraphs)
+      for (Graph* sub : n->subgraphs()) link(*sub, &g, n);
+
+    // Pass 2: inputs, noting whether every producer comes before its reader.
     bool sorted = true;
-    for (const Value* v : n->inputs) sorted = sorted && before(v);
-    for (Graph* sub : n->subgraphs())
-      for (const Value* v : sub->outer_references()) sorted = sorted && before(v);
-    if (!sorted) {
-      g.topological_order();
-      return;
+    auto comes_before = [&g](const Value* v, const Node* reader) {
+      return !v->producer || v->producer->graph != &g || v->producer->order_index < reader->order_index;
+    };
+    for (Node* n : g.nodes) {
+      auto& io = names_.of(n);
+      n->inputs.assign(io.inputs.size(), nullptr);
+      for (size_t i = 0; i < io.inputs.size(); ++i) {
+        if (io.inputs[i].empty()) continue;
+        Value* v = output_of_previous(n, io.inputs[i]);
+        if (!v) v = g.lookup(io.inputs[i]);
+        if (!v)
+          throw ModelError(graph_label(g) + ": node " + n->display_name() + " reads '" + std::string(io.inputs[i]) +
+                           "', which no node, graph input or initializer defines");
+        n->inputs[i] = v;
+        v->uses.push_back(Use{n, static_cast<int>(i)});
+        sorted = sorted && comes_before(v, n);
+      }
+    }
+    for (Node* n : with_subgraphs)
+      for (Graph* sub : n->subgraphs())
+        for (const Value* v : sub->outer_references()) sorted = sorted && comes_before(v, n);
+    if (!sorted) g.topological_order();  // names a node on a cycle; an unsorted DAG is fine
+
+    link_outputs_and_value_info(g);
+  }
+
+ private:
+  // Most inputs read the node just before: check it before hashing.
+  static Value* output_of_previous(const Node* n, std::string_view name) {
+    if (!n->prev) return nullptr;
+    for (Value* out : n->prev->outputs)
+      if (out && out->name == name) return out;
+    return nullptr;
+  }
+
+  void define_inputs_and_initializers(Graph& g) {
+    for (auto& in : g.inputs) {
+      if (!in.name.has || in.name.value.empty()) throw ModelError(graph_label(g) + " has an input without a name");
+      Value* v = define(g, in.name.value, "input");
+      v->is_graph_input = true;
+      v->info = &in;
+      in.value = v;
+    }
+    for (size_t i = 0; i < g.initializers.size(); ++i) {
+      Tensor* t = g.initializers[i].get();
+      tensors.push_back(t);
+      if (t->name.value.empty()) throw ModelError(graph_label(g) + ": initializer #" + std::to_string(i) + " has no name");
+      Value* v = g.find_local(t->name.value);
+      // An initializer may also be listed as a graph input (IR < 4 style, or overridable).
+      if (!v || !v->is_graph_input || v->initializer) v = define(g, t->name.value, "initializer");
+      v->initializer = t;
+    }
+    for (size_t i = 0; i < g.sparse_initializers.size(); ++i) {
+      SparseTensor& s = g.sparse_initializers[i];
+      add_sparse(s, tensors);
+      if (!s.values || s.values->name.value.empty())
+        throw ModelError(graph_label(g) + ": sparse initializer #" + std::to_string(i) + " has no name");
+      Value* v = define(g, s.values->name.value, "sparse initializer");
+      v->sparse_initializer = &s;
     }
   }
-}
+
+  void link_outputs_and_value_info(Graph& g) {
+    for (auto& out : g.outputs) {
+      Value* v = g.lookup(out.name.value);
+      if (!v)
+        throw ModelError(graph_label(g) + ": output '" + out.name.value +
+                         "' is not produced by any node, graph input or initializer");
+      out.value = v;
+      ++v->graph_output_refs;
+      if (!v->info && !g.is_function_body) v->info = &out;
+    }
+    for (auto& vi : g.value_info) {
+      Value* v = g.find_local(vi.name.value);
+      if (!v) continue;  // stale value_info is kept as it is
+      vi.value = v;
+      if (!v->info) v->info = &vi;
+    }
+  }
+
+  PendingNames& names_;
+};
 
 bool checked_numel(const std::vector<int64_t>& dims, uint64_t& out) {
   uint64_t n = 1;
@@ -167,15 +204,19 @@ void check_tensor(const Tensor& t) {
 
 }  // namespace
 
-void link_model(Model& model, PendingNames& names) {
-  if (model.graph) link_graph(*model.graph, nullptr, nullptr, names);
-  for (auto& f : model.functions) link_graph(*f->body, nullptr, nullptr, names);
+std::vector<Tensor*> link_model(Model& model, PendingNames& names) {
+  Linker linker(names);
+  if (model.graph) linker.link(*model.graph, nullptr, nullptr);
+  for (auto& f : model.functions) {
+    linker.link(*f->body, nullptr, nullptr);
+    add_attribute_tensors(f->attribute_proto, linker.tensors);
+  }
   // Training graphs may read the inference graph's initializers.
   for (auto& t : model.training_info) {
-    if (t.initialization) link_graph(*t.initialization, model.graph.get(), nullptr, names);
-    if (t.algorithm) link_graph(*t.algorithm, model.graph.get(), nullptr, names);
+    if (t.initialization) linker.link(*t.initialization, model.graph.get(), nullptr);
+    if (t.algorithm) linker.link(*t.algorithm, model.graph.get(), nullptr);
   }
-  for (Graph* g : model.all_graphs()) check_acyclic(*g);
+  return std::move(linker.tensors);
 }
 
 void check_tensors(const std::vector<Tensor*>& tensors) {

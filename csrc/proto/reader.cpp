@@ -264,9 +264,9 @@ class Parser {
     return a;
   }
 
-  std::unique_ptr<Node> node(WireReader r, int depth) {
-    auto n = std::make_unique<Node>();
-    auto& io = names_.add(n.get());
+  Node* node(WireReader r, Graph& g, int depth) {
+    Node* n = g.new_node();
+    auto& io = names_.add(n);
     Field f;
     while (next(r, f)) {
       switch (f.num) {
@@ -297,13 +297,7 @@ class Parser {
     Field f;
     while (next(r, f)) {
       switch (f.num) {
-        case 1: {
-          auto n = node(msg(r, f), depth);
-          n->graph = &g;
-          g.nodes.push_back(std::move(n));
-          g.nodes.back()->self = std::prev(g.nodes.end());
-          break;
-        }
+        case 1: g.nodes.insert(node(msg(r, f), g, depth), nullptr); break;
         case 2: g.name.set(str(r, f)); break;
         case 5: g.initializers.push_back(tensor(msg(r, f))); break;
         case 10: g.doc_string.set(str(r, f)); break;
@@ -330,13 +324,7 @@ class Parser {
         case 4: body.inputs.emplace_back().name.set(str(r, f)); break;
         case 5: body.outputs.emplace_back().name.set(str(r, f)); break;
         case 6: fn->attribute.push_back(str(r, f)); break;
-        case 7: {
-          auto n = node(msg(r, f), depth);
-          n->graph = &body;
-          body.nodes.push_back(std::move(n));
-          body.nodes.back()->self = std::prev(body.nodes.end());
-          break;
-        }
+        case 7: body.nodes.insert(node(msg(r, f), body, depth), nullptr); break;
         case 8: fn->doc_string.set(str(r, f)); break;
         case 9: fn->opset_import.push_back(opset(msg(r, f))); break;
         case 10: fn->domain.set(str(r, f)); break;
@@ -388,8 +376,7 @@ std::unique_ptr<Model> parse(std::shared_ptr<const Buffer> buf, const std::strin
   model->source = std::move(buf);
   model->base_dir = std::move(base_dir);
   try {
-    link_model(*model, names);
-    const std::vector<Tensor*> tensors = model->all_tensors();
+    const std::vector<Tensor*> tensors = link_model(*model, names);
     resolve_external_data(*model, tensors, options.allow_external_outside);
     check_tensors(tensors);
   } catch (const ModelError& e) {
