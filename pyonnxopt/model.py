@@ -178,6 +178,8 @@ def load(
     base = os.fspath(base_dir) if base_dir is not None else ""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
+        if "\0" in path:
+            raise ModelError(f"{path!r}: the path contains a NUL byte")
         if os.path.isdir(path):
             raise ModelError(f"{path}: is a folder, not an ONNX file")
         return Model(_core.load_file(path, base_dir=base, allow_external_outside=allow_external_outside))

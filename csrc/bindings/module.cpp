@@ -10,6 +10,7 @@
 #include "ir/model.h"
 #include "proto/reader.h"
 #include "proto/type_info.h"
+#include "proto/wire.h"
 #include "proto/writer.h"
 
 namespace py = pybind11;
@@ -47,12 +48,20 @@ std::vector<Ref<T>> refs(const ModelPtr& m, const std::vector<T*>& xs) {
   return out;
 }
 
-py::object opt_str(const ir::Opt<std::string>& o) { return o.has ? py::cast(o.value) : py::none(); }
+// Names are UTF-8 by the spec, but a file may hold any bytes: decode them so
+// that reading a name never raises (undecodable bytes become surrogates).
+py::str text(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+py::object opt_str(const ir::Opt<std::string>& o) { return o.has ? py::object(text(o.value)) : py::none(); }
 py::object opt_int(const ir::Opt<int64_t>& o) { return o.has ? py::cast(o.value) : py::none(); }
 
 py::dict entries(const std::vector<ir::Entry>& es) {
   py::dict d;
-  for (const auto& e : es) d[py::str(e.key.value)] = py::str(e.value.value);
+  for (const auto& e : es) d[text(e.key.value)] = text(e.value.value);
   return d;
 }
 
@@ -160,16 +169,21 @@ py::object attribute_value(const ModelPtr& m, const ir::Attribute& a) {
 py::dict type_dict(const ir::ValueInfo* info) {
   py::dict d;
   if (!info || !info->type.has) return d;
-  proto::TypeDesc t = proto::decode_type(info->type.value);
+  proto::TypeDesc t;
+  try {
+    t = proto::decode_type(info->type.value);
+  } catch (const proto::ParseError& e) {  // checked at load; only a bug gets here
+    throw ir::ModelError(std::string("value '") + info->name.value + "' has a malformed type: " + e.what());
+  }
   d["kind"] = t.kind;
-  d["text"] = t.text;
+  d["text"] = text(t.text);
   if (t.kind == "tensor" || t.kind == "sparse_tensor") {
     d["elem_type"] = t.elem_type;
     if (t.has_shape) {
       py::list dims;
       for (const auto& dim : t.dims) {
         if (dim.has_value) dims.append(dim.value);
-        else if (!dim.param.empty()) dims.append(dim.param);
+        else if (!dim.param.empty()) dims.append(text(dim.param));
         else dims.append(py::none());
       }
       d["shape"] = dims;
@@ -197,7 +211,10 @@ PYBIND11_MODULE(_core, m) {
       if (p) std::rethrow_exception(p);
     } catch (const ir::ModelError& e) {
       py::object cls = py::module_::import("pyonnxopt.errors").attr("ModelError");
-      PyErr_SetString(cls.ptr(), e.what());
+      const std::string msg = e.what();
+      PyObject* m = PyUnicode_DecodeUTF8(msg.data(), static_cast<Py_ssize_t>(msg.size()), "replace");
+      PyErr_SetObject(cls.ptr(), m);
+      Py_XDECREF(m);
     }
   });
 
@@ -213,10 +230,12 @@ PYBIND11_MODULE(_core, m) {
                              [](const ir::Model& x) {
                                std::vector<std::pair<std::string, int64_t>> out;
                                for (const auto& o : x.opset_import) out.emplace_back(o.domain.value, o.version.value);
-                               return out;
+                               py::list l;
+                               for (auto& [d, v] : out) l.append(py::make_tuple(text(d), v));
+                               return l;
                              })
-      .def_property_readonly("path", [](const ir::Model& x) { return x.path; })
-      .def_property_readonly("base_dir", [](const ir::Model& x) { return x.base_dir; })
+      .def_property_readonly("path", [](const ir::Model& x) { return text(x.path); })
+      .def_property_readonly("base_dir", [](const ir::Model& x) { return text(x.base_dir); })
       .def_property_readonly("graph", [](const ModelPtr& x) { return ref_or_none(x, x->graph.get()); })
       .def_property_readonly("functions",
                              [](const ModelPtr& x) {
@@ -232,8 +251,10 @@ PYBIND11_MODULE(_core, m) {
       .def("external_files",
            [](const ir::Model& x) {
              std::set<std::string> files;
-             for (const ir::Tensor* t : x.all_tensors())
-               if (t->is_external() && t->external_bytes.buffer) files.insert(t->external_bytes.buffer->file_path());
+             for (const ir::Tensor* t : x.all_tensors()) {
+               if (!t->is_external()) continue;
+               if (auto* f = dynamic_cast<const ir::MappedFile*>(t->external_bytes.buffer.get())) files.insert(f->path());
+             }
              return std::vector<std::string>(files.begin(), files.end());
            })
       .def("check_invariants", [](const ir::Model& x) { return ir::check_invariants(x); })
@@ -279,7 +300,7 @@ PYBIND11_MODULE(_core, m) {
   py::class_<GraphRef>(m, "Graph")
       .def("__eq__", &GraphRef::operator==)
       .def("__hash__", [](const GraphRef& g) { return std::hash<const void*>()(g.ptr); })
-      .def_property_readonly("name", [](const GraphRef& g) { return g.ptr->name.value; })
+      .def_property_readonly("name", [](const GraphRef& g) { return text(g.ptr->name.value); })
       .def_property_readonly("is_function_body", [](const GraphRef& g) { return g.ptr->is_function_body; })
       .def_property_readonly("parent", [](const GraphRef& g) { return ref_or_none(g.model, g.ptr->parent); })
       .def_property_readonly("owner_node", [](const GraphRef& g) { return ref_or_none(g.model, g.ptr->owner_node); })
@@ -351,10 +372,10 @@ PYBIND11_MODULE(_core, m) {
   py::class_<NodeRef>(m, "Node")
       .def("__eq__", &NodeRef::operator==)
       .def("__hash__", [](const NodeRef& n) { return std::hash<const void*>()(n.ptr); })
-      .def("__repr__", [](const NodeRef& n) { return "<Node " + n.ptr->display_name() + ">"; })
-      .def_property_readonly("name", [](const NodeRef& n) { return n.ptr->name.value; })
-      .def_property_readonly("op_type", [](const NodeRef& n) { return n.ptr->op_type.value; })
-      .def_property_readonly("domain", [](const NodeRef& n) { return n.ptr->domain.value; })
+      .def("__repr__", [](const NodeRef& n) { return text("<Node " + n.ptr->display_name() + ">"); })
+      .def_property_readonly("name", [](const NodeRef& n) { return text(n.ptr->name.value); })
+      .def_property_readonly("op_type", [](const NodeRef& n) { return text(n.ptr->op_type.value); })
+      .def_property_readonly("domain", [](const NodeRef& n) { return text(n.ptr->domain.value); })
       .def_property_readonly("removed", [](const NodeRef& n) { return n.ptr->removed; })
       .def_property_readonly("graph", [](const NodeRef& n) { return GraphRef{n.model, n.ptr->graph}; })
       .def_property_readonly("inputs",
@@ -372,7 +393,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("attributes",
                              [](const NodeRef& n) {
                                py::dict d;
-                               for (const auto& a : n.ptr->attributes) d[py::str(a.name.value)] = attribute_value(n.model, a);
+                               for (const auto& a : n.ptr->attributes) d[text(a.name.value)] = attribute_value(n.model, a);
                                return d;
                              })
       .def_property_readonly("subgraphs", [](const NodeRef& n) { return refs(n.model, n.ptr->subgraphs()); });
@@ -380,8 +401,8 @@ PYBIND11_MODULE(_core, m) {
   py::class_<ValueRef>(m, "Value")
       .def("__eq__", &ValueRef::operator==)
       .def("__hash__", [](const ValueRef& v) { return std::hash<const void*>()(v.ptr); })
-      .def("__repr__", [](const ValueRef& v) { return "<Value '" + v.ptr->name + "'>"; })
-      .def_property("name", [](const ValueRef& v) { return v.ptr->name; },
+      .def("__repr__", [](const ValueRef& v) { return text("<Value '" + v.ptr->name + "'>"); })
+      .def_property("name", [](const ValueRef& v) { return text(v.ptr->name); },
                     [](const ValueRef& v, const std::string& name) { v.ptr->graph->rename_value(v.ptr, name); })
       .def_property_readonly("graph", [](const ValueRef& v) { return GraphRef{v.model, v.ptr->graph}; })
       .def_property_readonly("producer", [](const ValueRef& v) { return ref_or_none(v.model, v.ptr->producer); })
@@ -400,13 +421,13 @@ PYBIND11_MODULE(_core, m) {
   py::class_<TensorRef>(m, "Tensor")
       .def("__eq__", &TensorRef::operator==)
       .def("__hash__", [](const TensorRef& t) { return std::hash<const void*>()(t.ptr); })
-      .def("__repr__", [](const TensorRef& t) { return "<Tensor '" + t.ptr->name.value + "'>"; })
-      .def_property_readonly("name", [](const TensorRef& t) { return t.ptr->name.value; })
+      .def("__repr__", [](const TensorRef& t) { return text("<Tensor '" + t.ptr->name.value + "'>"); })
+      .def_property_readonly("name", [](const TensorRef& t) { return text(t.ptr->name.value); })
       .def_property_readonly("dims", [](const TensorRef& t) { return t.ptr->dims; })
       .def_property_readonly("data_type", [](const TensorRef& t) { return t.ptr->data_type.value; })
       .def_property_readonly("dtype_name", [](const TensorRef& t) { return std::string(ir::dtype_name(t.ptr->data_type.value)); })
       .def_property_readonly("is_external", [](const TensorRef& t) { return t.ptr->is_external(); })
-      .def_property_readonly("external_location", [](const TensorRef& t) { return t.ptr->external_key("location"); })
+      .def_property_readonly("external_location", [](const TensorRef& t) { return text(t.ptr->external_key("location")); })
       .def_property_readonly("nbytes",
                              [](const TensorRef& t) -> uint64_t {
                                if (const ir::Blob* b = t.ptr->raw_payload()) return b->length;
@@ -446,9 +467,14 @@ PYBIND11_MODULE(_core, m) {
            "Replaces the tensor's data with new bytes (a new buffer; views of the old data stay valid).");
 
   py::class_<FunctionRef>(m, "Function")
-      .def_property_readonly("name", [](const FunctionRef& f) { return f.ptr->name.value; })
-      .def_property_readonly("domain", [](const FunctionRef& f) { return f.ptr->domain.value; })
-      .def_property_readonly("attribute_names", [](const FunctionRef& f) { return f.ptr->attribute; })
+      .def_property_readonly("name", [](const FunctionRef& f) { return text(f.ptr->name.value); })
+      .def_property_readonly("domain", [](const FunctionRef& f) { return text(f.ptr->domain.value); })
+      .def_property_readonly("attribute_names",
+                             [](const FunctionRef& f) {
+                               py::list l;
+                               for (const auto& a : f.ptr->attribute) l.append(text(a));
+                               return l;
+                             })
       .def_property_readonly("body", [](const FunctionRef& f) { return GraphRef{f.model, f.ptr->body.get()}; });
 
   m.def(

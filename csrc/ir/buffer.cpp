@@ -10,39 +10,65 @@
 
 namespace pyonnxopt::ir {
 
-const std::string& Buffer::file_path() const {
-  static const std::string kEmpty;
-  return kEmpty;
+namespace {
+
+// Opens without blocking (a FIFO would wait for a writer for ever) and
+// accepts only regular files.
+int open_regular(const std::string& path, struct stat& st) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), path);
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw std::system_error(err, std::generic_category(), path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::system_error(S_ISDIR(st.st_mode) ? EISDIR : EINVAL, std::generic_category(), path + " is not a regular file");
+  }
+  return fd;
 }
 
+}  // namespace
+
 MappedFile::MappedFile(std::string path) : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), path_);
   struct stat st;
-  int rc = ::fstat(fd, &st);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw std::system_error(err, std::generic_category(), path_);
-  if (!S_ISREG(st.st_mode)) throw std::system_error(EINVAL, std::generic_category(), path_ + " is not a regular file");
+  ::close(open_regular(path_, st));
   size_ = static_cast<uint64_t>(st.st_size);
+  device_ = static_cast<uint64_t>(st.st_dev);
+  inode_ = static_cast<uint64_t>(st.st_ino);
 }
 
 MappedFile::~MappedFile() {
-  if (addr_ && addr_ != MAP_FAILED) ::munmap(addr_, size_);
+  if (addr_) ::munmap(addr_, size_);
 }
 
-bool MappedFile::is_mapped() const { return addr_ != nullptr; }
+int MappedFile::open_source() const {
+  struct stat st;
+  int fd;
+  try {
+    fd = open_regular(path_, st);
+  } catch (const std::system_error&) {
+    return -1;
+  }
+  if (static_cast<uint64_t>(st.st_dev) != device_ || static_cast<uint64_t>(st.st_ino) != inode_ ||
+      static_cast<uint64_t>(st.st_size) < size_) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 const uint8_t* MappedFile::data() const {
   std::call_once(mapped_once_, [this] {
     if (size_ == 0) return;
-    int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw std::system_error(errno, std::generic_category(), path_);
-    // A file that shrank since open would fault (SIGBUS) on access past its end.
     struct stat st;
-    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < size_) {
+    int fd = open_regular(path_, st);
+    // Another file now under this name, or this one shrunk: mapping it would
+    // read the wrong bytes or fault (SIGBUS) past its end.
+    if (static_cast<uint64_t>(st.st_ino) != inode_ || static_cast<uint64_t>(st.st_size) < size_) {
       ::close(fd);
-      throw std::system_error(EIO, std::generic_category(), path_ + " shrank while in use");
+      throw std::system_error(EIO, std::generic_category(), path_ + " changed on disk since the model was loaded");
     }
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;

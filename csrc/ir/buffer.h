@@ -17,8 +17,10 @@ class Buffer {
   // Pointer to the first byte; a file-backed buffer maps itself here on first use.
   virtual const uint8_t* data() const = 0;
   virtual uint64_t size() const = 0;
-  // The file holding these bytes at the same offsets, or empty for memory.
-  virtual const std::string& file_path() const;
+  // A file descriptor of the file holding these bytes at the same offsets
+  // (the caller closes it), or -1 for memory or when that file was replaced
+  // since it was opened.
+  virtual int open_source() const { return -1; }
 };
 
 // A whole file, mapped read-only and lazily. The size is read at open time so
@@ -33,12 +35,13 @@ class MappedFile : public Buffer {
 
   const uint8_t* data() const override;
   uint64_t size() const override { return size_; }
-  const std::string& file_path() const override { return path_; }
-  bool is_mapped() const;
+  int open_source() const override;
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   uint64_t size_ = 0;
+  uint64_t device_ = 0, inode_ = 0;  // identity, to notice a file replaced under the same path
   mutable std::once_flag mapped_once_;
   mutable void* addr_ = nullptr;
 };

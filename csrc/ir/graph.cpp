@@ -337,7 +337,13 @@ static void add_graph_tree(Graph* g, std::vector<Graph*>& out) {
 std::vector<Graph*> Model::all_graphs() const {
   std::vector<Graph*> out;
   add_graph_tree(graph.get(), out);
-  for (const auto& f : functions) add_graph_tree(f->body.get(), out);
+  for (const auto& f : functions) {
+    add_graph_tree(f->body.get(), out);
+    for (const auto& a : f->attribute_proto) {
+      add_graph_tree(a.g.get(), out);
+      for (const auto& g : a.graphs) add_graph_tree(g.get(), out);
+    }
+  }
   for (const auto& t : training_info) {
     add_graph_tree(t.initialization.get(), out);
     add_graph_tree(t.algorithm.get(), out);
@@ -427,7 +433,7 @@ std::vector<std::string> check_invariants(const Model& model) {
 
 int64_t storage_bytes(int32_t dtype, uint64_t count) {
   auto checked_mul = [](uint64_t n, uint64_t k) -> int64_t {
-    if (n > static_cast<uint64_t>(INT64_MAX) / k) return -1;
+    if (n > static_cast<uint64_t>(INT64_MAX) / k) return kBytesOverflow;
     return static_cast<int64_t>(n * k);
   };
   switch (dtype) {
@@ -438,7 +444,7 @@ int64_t storage_bytes(int32_t dtype, uint64_t count) {
     case 15: return checked_mul(count, 16);
     case 21: case 22: case 23: return static_cast<int64_t>((count + 1) / 2);
     case 25: case 26: return static_cast<int64_t>((count + 3) / 4);
-    case 27: case 28: return checked_mul(count, 6) < 0 ? -1 : static_cast<int64_t>((count * 6 + 7) / 8);
+    case 27: case 28: return checked_mul(count, 6) < 0 ? kBytesOverflow : static_cast<int64_t>((count * 6 + 7) / 8);
     default: return -1;
   }
 }

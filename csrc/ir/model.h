@@ -369,8 +369,10 @@ struct Model {  // ModelProto
 // (empty when consistent). Used by the tests after every mutation.
 std::vector<std::string> check_invariants(const Model& model);
 
-// Size in bytes of `count` elements of ONNX data type `dtype`, or -1 when the
-// type has no fixed width (STRING, UNDEFINED, unknown types).
+// Size in bytes of `count` elements of ONNX data type `dtype`; -1 when the
+// type has no fixed width (STRING, UNDEFINED, unknown types), kBytesOverflow
+// when the size does not fit in int64.
+constexpr int64_t kBytesOverflow = -2;
 int64_t storage_bytes(int32_t dtype, uint64_t count);
 const char* dtype_name(int32_t dtype);
 

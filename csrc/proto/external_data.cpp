@@ -74,7 +74,8 @@ class Resolver {
       if (d < 0 || (d && numel > UINT64_MAX / uint64_t(d))) ok = false;
       else numel *= uint64_t(d);
     }
-    int64_t want = ok ? storage_bytes(t.data_type.value, numel) : -1;
+    int64_t want = ok ? storage_bytes(t.data_type.value, numel) : kBytesOverflow;
+    if (want == kBytesOverflow) fail("dimensions need more than 2^63 bytes");
     if (want >= 0 && uint64_t(want) != length && !t.segment.has)
       fail("has " + std::to_string(length) + " bytes, but " + dtype_name(t.data_type.value) + " dims need " + std::to_string(want));
     t.external_bytes = Blob{file, offset, length};

@@ -175,6 +175,7 @@ void check_tensor(const Tensor& t) {
   if (!checked_numel(t.dims, numel) || numel > (uint64_t(1) << 62)) fail("dimensions multiply past 2^62 elements");
   if (t.segment.has) return;  // a chunk of a larger tensor
   const int32_t dtype = t.data_type.value;
+  if (storage_bytes(dtype, numel) == kBytesOverflow) fail("dimensions need more than 2^63 bytes");
   if (t.is_external()) return;  // checked against the file by resolve_external_data
   if (t.has_raw_data) {
     int64_t want = storage_bytes(dtype, numel);
@@ -210,6 +211,11 @@ std::vector<Tensor*> link_model(Model& model, PendingNames& names) {
   for (auto& f : model.functions) {
     linker.link(*f->body, nullptr, nullptr);
     add_attribute_tensors(f->attribute_proto, linker.tensors);
+    // Graph-valued attribute defaults are standalone graphs.
+    for (auto& a : f->attribute_proto) {
+      if (a.g) linker.link(*a.g, nullptr, nullptr);
+      for (auto& g : a.graphs) linker.link(*g, nullptr, nullptr);
+    }
   }
   // Training graphs may read the inference graph's initializers.
   for (auto& t : model.training_info) {

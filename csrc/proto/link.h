@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <deque>
 #include <string_view>
 #include <vector>
 
@@ -42,7 +43,7 @@ class PendingNames {
   IO& of(const ir::Node* n) { return ios_[n->pending_index]; }
 
  private:
-  std::vector<IO> ios_;
+  std::deque<IO> ios_;  // a deque: add() never moves earlier entries
 };
 
 // Builds every graph's values and use-def lists and returns every tensor of

@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "proto/link.h"
+#include "proto/type_info.h"
 #include "proto/wire.h"
 
 namespace pyonnxopt::proto {
@@ -14,7 +15,7 @@ namespace {
 
 using namespace ir;
 
-constexpr int kMaxDepth = 100;  // protobuf's own recursion limit
+constexpr int kMaxDepth = kMaxMessageDepth;
 
 class Parser {
  public:
@@ -33,17 +34,12 @@ class Parser {
         case 4: m->domain.set(str(r, f)); break;
         case 5: m->model_version.set(i64(r, f)); break;
         case 6: m->doc_string.set(str(r, f)); break;
-        case 7: {
-          auto sub = msg(r, f);
-          if (!m->graph) m->graph = graph(sub, 1);
-          else merge_graph(*m->graph, sub);
-          break;
-        }
+        case 7: graph(msg(r, f), m->graph, 2); break;
         case 8: m->opset_import.push_back(opset(msg(r, f))); break;
         case 14: m->metadata_props.push_back(entry(msg(r, f))); break;
-        case 20: m->training_info.push_back(training(msg(r, f), 1)); break;
-        case 25: m->functions.push_back(function(msg(r, f), 1)); break;
-        default: m->extra.emplace_back(r.skip(f.start, f.wire));
+        case 20: m->training_info.push_back(training(msg(r, f), 2)); break;
+        case 25: m->functions.push_back(function(msg(r, f), 2)); break;
+        default: m->extra.emplace_back(r.skip(f.start, f.wire, f.num));
       }
     }
     return m;
@@ -83,10 +79,6 @@ class Parser {
   std::string_view view_str(WireReader& r, const Field& f) {
     expect(r, f, kLen);
     return r.bytes();
-  }
-  std::string raw_msg(WireReader& r, const Field& f) {  // a message kept as bytes
-    expect(r, f, kLen);
-    return std::string(r.bytes());
   }
   int64_t i64(WireReader& r, const Field& f) {
     expect(r, f, kVarint);
@@ -146,8 +138,30 @@ class Parser {
     }
   }
 
+  // `depth` counts messages from the ModelProto (1), as protobuf does: a model
+  // protobuf refuses to read is refused here too, not written back.
   void depth_check(WireReader& r, int depth) {
-    if (depth > kMaxDepth) r.fail("messages nested deeper than " + std::to_string(kMaxDepth));
+    if (depth > kMaxDepth) r.fail("messages nested deeper than protobuf's limit of " + std::to_string(kMaxDepth));
+  }
+
+  // A message kept as bytes (TypeProto, Segment): checked against its schema
+  // now, so bad bytes fail here rather than in whoever reads them later. A
+  // repeated occurrence merges, which for serialized messages is concatenation.
+  void raw_into(WireReader& r, const Field& f, Opt<std::string>& out, void (*validate)(std::string_view, int), int depth) {
+    expect(r, f, kLen);
+    std::string_view v = r.bytes();
+    try {
+      validate(v, depth);
+    } catch (const ParseError& e) {
+      throw ParseError(e.what(), e.offset + static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(v.data()) - root_));
+    }
+    if (out.has) out.value.append(v);
+    else out.set(std::string(v));
+  }
+  std::string raw_one(WireReader& r, const Field& f, void (*validate)(std::string_view, int), int depth) {
+    Opt<std::string> out;
+    raw_into(r, f, out, validate, depth);
+    return std::move(out.value);
   }
 
   Entry entry(WireReader r) {
@@ -156,7 +170,7 @@ class Parser {
     while (next(r, f)) {
       if (f.num == 1) e.key.set(str(r, f));
       else if (f.num == 2) e.value.set(str(r, f));
-      else e.extra.emplace_back(r.skip(f.start, f.wire));
+      else e.extra.emplace_back(r.skip(f.start, f.wire, f.num));
     }
     return e;
   }
@@ -167,19 +181,22 @@ class Parser {
     while (next(r, f)) {
       if (f.num == 1) o.domain.set(str(r, f));
       else if (f.num == 2) o.version.set(i64(r, f));
-      else o.extra.emplace_back(r.skip(f.start, f.wire));
+      else o.extra.emplace_back(r.skip(f.start, f.wire, f.num));
     }
     return o;
   }
 
-  std::unique_ptr<Tensor> tensor(WireReader r) {
-    auto t = std::make_unique<Tensor>();
+  // Parses into `t`; called again for a repeated occurrence, it merges.
+  void tensor(WireReader r, std::unique_ptr<Tensor>& slot, int depth) {
+    depth_check(r, depth);
+    if (!slot) slot = std::make_unique<Tensor>();
+    Tensor* t = slot.get();
     Field f;
     while (next(r, f)) {
       switch (f.num) {
         case 1: varints(r, f, t->dims); break;
         case 2: t->data_type.set(i32(r, f)); break;
-        case 3: t->segment.set(raw_msg(r, f)); break;
+        case 3: raw_into(r, f, t->segment, validate_segment, depth + 1); break;
         case 4: fixed(r, f, t->float_data, kFixed32); break;
         case 5: varints(r, f, t->int32_data); break;
         case 6: t->string_data.push_back(str(r, f)); break;
@@ -196,38 +213,47 @@ class Parser {
         case 13: t->external_data.push_back(entry(msg(r, f))); break;
         case 14: t->data_location.set(i32(r, f)); break;
         case 16: t->metadata_props.push_back(entry(msg(r, f))); break;
-        default: t->extra.emplace_back(r.skip(f.start, f.wire));
+        default: t->extra.emplace_back(r.skip(f.start, f.wire, f.num));
       }
     }
+  }
+  std::unique_ptr<Tensor> tensor(WireReader r, int depth) {
+    std::unique_ptr<Tensor> t;
+    tensor(r, t, depth);
     return t;
   }
 
-  std::unique_ptr<SparseTensor> sparse(WireReader r) {
-    auto s = std::make_unique<SparseTensor>();
+  void sparse(WireReader r, SparseTensor& s, int depth) {
+    depth_check(r, depth);
     Field f;
     while (next(r, f)) {
-      if (f.num == 1) s->values = tensor(msg(r, f));
-      else if (f.num == 2) s->indices = tensor(msg(r, f));
-      else if (f.num == 3) varints(r, f, s->dims);
-      else s->extra.emplace_back(r.skip(f.start, f.wire));
+      if (f.num == 1) tensor(msg(r, f), s.values, depth + 1);
+      else if (f.num == 2) tensor(msg(r, f), s.indices, depth + 1);
+      else if (f.num == 3) varints(r, f, s.dims);
+      else s.extra.emplace_back(r.skip(f.start, f.wire, f.num));
     }
-    return s;
+  }
+  void sparse(WireReader r, std::unique_ptr<SparseTensor>& slot, int depth) {
+    if (!slot) slot = std::make_unique<SparseTensor>();
+    sparse(r, *slot, depth);
   }
 
-  ValueInfo value_info(WireReader r) {
+  ValueInfo value_info(WireReader r, int depth) {
+    depth_check(r, depth);
     ValueInfo v;
     Field f;
     while (next(r, f)) {
       if (f.num == 1) v.name.set(str(r, f));
-      else if (f.num == 2) v.type.set(raw_msg(r, f));
+      else if (f.num == 2) raw_into(r, f, v.type, validate_type, depth + 1);
       else if (f.num == 3) v.doc_string.set(str(r, f));
       else if (f.num == 4) v.metadata_props.push_back(entry(msg(r, f)));
-      else v.extra.emplace_back(r.skip(f.start, f.wire));
+      else v.extra.emplace_back(r.skip(f.start, f.wire, f.num));
     }
     return v;
   }
 
   Attribute attribute(WireReader r, int depth) {
+    depth_check(r, depth);
     Attribute a;
     Field f;
     while (next(r, f)) {
@@ -244,28 +270,31 @@ class Parser {
           break;
         case 3: a.i.set(i64(r, f)); break;
         case 4: a.s.set(str(r, f)); break;
-        case 5: a.t = tensor(msg(r, f)); break;
-        case 6: a.g = graph(msg(r, f), depth + 1); break;
+        case 5: tensor(msg(r, f), a.t, depth + 1); break;
+        case 6: graph(msg(r, f), a.g, depth + 1); break;
         case 7: floats(r, f, a.floats); break;
         case 8: varints(r, f, a.ints); break;
         case 9: a.strings.push_back(str(r, f)); break;
-        case 10: a.tensors.push_back(tensor(msg(r, f))); break;
-        case 11: a.graphs.push_back(graph(msg(r, f), depth + 1)); break;
+        case 10: a.tensors.push_back(tensor(msg(r, f), depth + 1)); break;
+        case 11: a.graphs.emplace_back(); graph(msg(r, f), a.graphs.back(), depth + 1); break;
         case 13: a.doc_string.set(str(r, f)); break;
-        case 14: a.tp.set(raw_msg(r, f)); break;
-        case 15: a.type_protos.push_back(raw_msg(r, f)); break;
+        case 14: raw_into(r, f, a.tp, validate_type, depth + 1); break;
+        case 15: a.type_protos.push_back(raw_one(r, f, validate_type, depth + 1)); break;
         case 20: a.type.set(i32(r, f)); break;
         case 21: a.ref_attr_name.set(str(r, f)); break;
-        case 22: a.sparse_tensor = sparse(msg(r, f)); break;
-        case 23: a.sparse_tensors.push_back(sparse(msg(r, f))); break;
-        default: a.extra.emplace_back(r.skip(f.start, f.wire));
+        case 22: sparse(msg(r, f), a.sparse_tensor, depth + 1); break;
+        case 23: a.sparse_tensors.emplace_back(); sparse(msg(r, f), a.sparse_tensors.back(), depth + 1); break;
+        default: a.extra.emplace_back(r.skip(f.start, f.wire, f.num));
       }
     }
     return a;
   }
 
   Node* node(WireReader r, Graph& g, int depth) {
+    depth_check(r, depth);
     Node* n = g.new_node();
+    // Subgraph nodes parsed below add their own entries; `names_` keeps
+    // references to earlier entries valid.
     auto& io = names_.add(n);
     Field f;
     while (next(r, f)) {
@@ -274,39 +303,38 @@ class Parser {
         case 2: io.outputs.push_back(view_str(r, f)); break;
         case 3: n->name.set(str(r, f)); break;
         case 4: n->op_type.set(str(r, f)); break;
-        case 5: n->attributes.push_back(attribute(msg(r, f), depth)); break;
+        case 5: n->attributes.push_back(attribute(msg(r, f), depth + 1)); break;
         case 6: n->doc_string.set(str(r, f)); break;
         case 7: n->domain.set(str(r, f)); break;
         case 8: n->overload.set(str(r, f)); break;
         case 9: n->metadata_props.push_back(entry(msg(r, f))); break;
-        default: n->extra.emplace_back(r.skip(f.start, f.wire));
+        default: n->extra.emplace_back(r.skip(f.start, f.wire, f.num));
       }
     }
     return n;
   }
 
-  std::unique_ptr<Graph> graph(WireReader r, int depth) {
-    auto g = std::make_unique<Graph>();
-    merge_graph(*g, r, depth);
-    return g;
+  // Parses into the graph in `slot`; a repeated occurrence merges into it.
+  void graph(WireReader r, std::unique_ptr<Graph>& slot, int depth) {
+    if (!slot) slot = std::make_unique<Graph>();
+    merge_graph(*slot, r, depth);
   }
 
-  // A repeated occurrence of a singular message field merges into the first.
-  void merge_graph(Graph& g, WireReader r, int depth = 1) {
+  void merge_graph(Graph& g, WireReader r, int depth) {
     depth_check(r, depth);
     Field f;
     while (next(r, f)) {
       switch (f.num) {
-        case 1: g.nodes.insert(node(msg(r, f), g, depth), nullptr); break;
+        case 1: g.nodes.insert(node(msg(r, f), g, depth + 1), nullptr); break;
         case 2: g.name.set(str(r, f)); break;
-        case 5: g.initializers.push_back(tensor(msg(r, f))); break;
+        case 5: g.initializers.push_back(tensor(msg(r, f), depth + 1)); break;
         case 10: g.doc_string.set(str(r, f)); break;
-        case 11: g.inputs.push_back(value_info(msg(r, f))); break;
-        case 12: g.outputs.push_back(value_info(msg(r, f))); break;
-        case 13: g.value_info.push_back(value_info(msg(r, f))); break;
-        case 15: g.sparse_initializers.push_back(std::move(*sparse(msg(r, f)))); break;
+        case 11: g.inputs.push_back(value_info(msg(r, f), depth + 1)); break;
+        case 12: g.outputs.push_back(value_info(msg(r, f), depth + 1)); break;
+        case 13: g.value_info.push_back(value_info(msg(r, f), depth + 1)); break;
+        case 15: g.sparse_initializers.emplace_back(); sparse(msg(r, f), g.sparse_initializers.back(), depth + 1); break;
         case 16: g.metadata_props.push_back(entry(msg(r, f))); break;
-        default: g.extra.emplace_back(r.skip(f.start, f.wire));
+        default: g.extra.emplace_back(r.skip(f.start, f.wire, f.num));
       }
     }
   }
@@ -324,15 +352,15 @@ class Parser {
         case 4: body.inputs.emplace_back().name.set(str(r, f)); break;
         case 5: body.outputs.emplace_back().name.set(str(r, f)); break;
         case 6: fn->attribute.push_back(str(r, f)); break;
-        case 7: body.nodes.insert(node(msg(r, f), body, depth), nullptr); break;
+        case 7: body.nodes.insert(node(msg(r, f), body, depth + 1), nullptr); break;
         case 8: fn->doc_string.set(str(r, f)); break;
         case 9: fn->opset_import.push_back(opset(msg(r, f))); break;
         case 10: fn->domain.set(str(r, f)); break;
-        case 11: fn->attribute_proto.push_back(attribute(msg(r, f), depth)); break;
-        case 12: body.value_info.push_back(value_info(msg(r, f))); break;
+        case 11: fn->attribute_proto.push_back(attribute(msg(r, f), depth + 1)); break;
+        case 12: body.value_info.push_back(value_info(msg(r, f), depth + 1)); break;
         case 13: fn->overload.set(str(r, f)); break;
         case 14: fn->metadata_props.push_back(entry(msg(r, f))); break;
-        default: fn->extra.emplace_back(r.skip(f.start, f.wire));
+        default: fn->extra.emplace_back(r.skip(f.start, f.wire, f.num));
       }
     }
     body.name.value = fn->name.value;  // for messages only; never written
@@ -340,15 +368,16 @@ class Parser {
   }
 
   TrainingInfo training(WireReader r, int depth) {
+    depth_check(r, depth);
     TrainingInfo t;
     Field f;
     while (next(r, f)) {
       switch (f.num) {
-        case 1: t.initialization = graph(msg(r, f), depth + 1); break;
-        case 2: t.algorithm = graph(msg(r, f), depth + 1); break;
+        case 1: graph(msg(r, f), t.initialization, depth + 1); break;
+        case 2: graph(msg(r, f), t.algorithm, depth + 1); break;
         case 3: t.initialization_binding.push_back(entry(msg(r, f))); break;
         case 4: t.update_binding.push_back(entry(msg(r, f))); break;
-        default: t.extra.emplace_back(r.skip(f.start, f.wire));
+        default: t.extra.emplace_back(r.skip(f.start, f.wire, f.num));
       }
     }
     return t;
@@ -377,8 +406,8 @@ std::unique_ptr<Model> parse(std::shared_ptr<const Buffer> buf, const std::strin
   model->base_dir = std::move(base_dir);
   try {
     const std::vector<Tensor*> tensors = link_model(*model, names);
-    resolve_external_data(*model, tensors, options.allow_external_outside);
     check_tensors(tensors);
+    resolve_external_data(*model, tensors, options.allow_external_outside);
   } catch (const ModelError& e) {
     throw ModelError(label + ": " + e.what());
   }
@@ -388,6 +417,7 @@ std::unique_ptr<Model> parse(std::shared_ptr<const Buffer> buf, const std::strin
 }  // namespace
 
 std::unique_ptr<Model> load_file(const std::string& path, const LoadOptions& options) {
+  if (path.find('\0') != std::string::npos) throw ModelError("path contains a NUL byte: " + path.substr(0, path.find('\0')));
   std::shared_ptr<MappedFile> file;
   try {
     file = std::make_shared<MappedFile>(path);

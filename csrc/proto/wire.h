@@ -11,6 +11,9 @@
 
 namespace pyonnxopt::proto {
 
+// Protobuf's recursion limit, in messages from the outermost one (depth 1).
+constexpr int kMaxMessageDepth = 100;
+
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kStartGroup = 3, kEndGroup = 4, kFixed32 = 5 };
 
 // A malformed byte stream; `offset` is relative to the start of the file.
@@ -46,7 +49,7 @@ class WireReader {
     field = static_cast<uint32_t>(t >> 3);
     uint32_t w = static_cast<uint32_t>(t & 7);
     if (field == 0 || (t >> 3) > 0x1fffffff) fail("invalid field number");
-    if (w == kStartGroup || w == kEndGroup || w > kFixed32) fail("unsupported wire type " + std::to_string(w));
+    if (w > kFixed32) fail("unsupported wire type " + std::to_string(w));
     wire = static_cast<WireType>(w);
     return true;
   }
@@ -76,14 +79,31 @@ class WireReader {
     return out;
   }
 
-  // Skips one field's payload and returns the whole field (tag included) as raw bytes.
-  std::string_view skip(const uint8_t* tag_start, WireType wire) {
+  // Skips one field's payload and returns the whole field (tag included) as
+  // raw bytes. `field` matters only for groups (deprecated, but protobuf keeps
+  // them as unknown fields, so do we).
+  std::string_view skip(const uint8_t* tag_start, WireType wire, uint32_t field = 0, int depth = 0) {
     switch (wire) {
       case kVarint: varint(); break;
       case kFixed64: need(8); p_ += 8; break;
       case kFixed32: need(4); p_ += 4; break;
       case kLen: bytes(); break;
-      default: fail("unsupported wire type");
+      case kStartGroup: {
+        if (depth >= kMaxMessageDepth) fail("groups nested deeper than protobuf's limit");
+        uint32_t f;
+        WireType w;
+        for (;;) {
+          const uint8_t* inner = p_;
+          if (!tag(f, w)) fail("group " + std::to_string(field) + " is not closed");
+          if (w == kEndGroup) {
+            if (f != field) fail("group " + std::to_string(field) + " closed by field " + std::to_string(f));
+            break;
+          }
+          skip(inner, w, f, depth + 1);
+        }
+        break;
+      }
+      default: fail("end of a group that was not opened");
     }
     return std::string_view(reinterpret_cast<const char*>(tag_start), static_cast<size_t>(p_ - tag_start));
   }

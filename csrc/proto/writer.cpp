@@ -73,13 +73,14 @@ class FileSink : public Sink {
     }
   }
   void write_blob(const Blob& b) override {
-    const std::string& src = b.buffer ? b.buffer->file_path() : std::string();
-    if (b.length < kCopyThreshold || src.empty()) {
+    int src = b.length >= kCopyThreshold && b.buffer ? b.buffer->open_source() : -1;
+    if (src < 0) {  // memory, small, or the file was replaced: copy from the mapping
       write(b.data(), b.length);
       return;
     }
     flush();
     copy_range(src, b.offset, b.length);
+    ::close(src);
   }
   void close() {
     flush();
@@ -113,9 +114,7 @@ class FileSink : public Sink {
     }
   }
   // File-to-file copy: the kernel moves the bytes, our memory never holds them.
-  void copy_range(const std::string& src, uint64_t offset, uint64_t length) {
-    int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
-    if (in < 0) throw ModelError("cannot reopen " + src + ": " + std::strerror(errno));
+  void copy_range(int in, uint64_t offset, uint64_t length) {
     loff_t off = static_cast<loff_t>(offset);
     uint64_t left = length;
     while (left) {
@@ -130,11 +129,8 @@ class FileSink : public Sink {
         left = 0;
         break;
       }
-      int err = errno;
-      ::close(in);
-      fail("cannot copy into", err);
+      fail("cannot copy into", errno);
     }
-    ::close(in);
   }
   void copy_by_reading(int in, loff_t off, uint64_t left) {
     std::string chunk(kBuffer, '\0');
@@ -469,17 +465,18 @@ Plan make_plan(const Model& m, ExternalMode mode, const SaveOptions& opt, const 
   std::vector<uint64_t> sizes;
   for (const Tensor* t : m.all_tensors()) {
     const Blob* payload = t->raw_payload();
-    if (!payload || t->segment.has) continue;
+    if (!payload) continue;
     bool external = t->is_external() || (mode == ExternalMode::kAll && payload->length >= opt.size_threshold);
     if (!external) continue;
+    const uint64_t align = payload->length >= opt.align_threshold ? std::max<uint64_t>(opt.align, 1) : 16;
+    auto aligned = [align](uint64_t end) { return (end + align - 1) / align * align; };
     if (plan.files.empty() ||
-        (opt.max_file_size && sizes.back() > 0 && sizes.back() + payload->length > opt.max_file_size)) {
+        (opt.max_file_size && sizes.back() > 0 && aligned(sizes.back()) + payload->length > opt.max_file_size)) {
       plan.files.push_back(plan.files.empty() ? location : location + "." + std::to_string(plan.files.size()));
       sizes.push_back(0);
       plan.order.emplace_back();
     }
-    const uint64_t align = payload->length >= opt.align_threshold ? std::max<uint64_t>(opt.align, 1) : 16;
-    uint64_t offset = (sizes.back() + align - 1) / align * align;
+    uint64_t offset = aligned(sizes.back());
     plan.placed.emplace(t, Placement{plan.files.size() - 1, offset});
     plan.order.back().push_back(t);
     sizes.back() = offset + payload->length;
@@ -509,6 +506,33 @@ void write_data_file(const Plan& plan, size_t file, const std::string& tmp_path)
     pos += b.length;
   }
   sink.close();
+}
+
+// Moves each temporary file into place, data files first and the model last.
+// A file it replaces is kept under a backup name (a hard link) until all
+// renames succeeded, so a failure halfway restores the previous output.
+void commit_renames(const std::vector<std::pair<std::string, std::string>>& renames) {
+  std::vector<std::pair<std::string, std::string>> done;  // (target, backup or "")
+  auto roll_back = [&] {
+    for (auto it = done.rbegin(); it != done.rend(); ++it) {
+      if (!it->second.empty()) ::rename(it->second.c_str(), it->first.c_str());
+      else ::unlink(it->first.c_str());
+    }
+    for (const auto& r : renames) ::unlink(r.first.c_str());
+  };
+  for (const auto& [tmp, target] : renames) {
+    std::string backup = tmp + ".previous";
+    if (::link(target.c_str(), backup.c_str()) != 0) backup.clear();  // no old file, or no hard links here
+    if (::rename(tmp.c_str(), target.c_str()) != 0) {
+      int err = errno;
+      if (!backup.empty()) ::unlink(backup.c_str());
+      roll_back();
+      throw ModelError("cannot move " + tmp + " to " + target + ": " + std::strerror(err));
+    }
+    done.emplace_back(target, backup);
+  }
+  for (const auto& d : done)
+    if (!d.second.empty()) ::unlink(d.second.c_str());
 }
 
 }  // namespace
@@ -588,13 +612,7 @@ SaveResult save_file(const Model& m, const std::string& path, const SaveOptions&
   for (const Tensor* t : m.all_tensors()) {
     if (const Blob* b = t->raw_payload(); b && b->buffer && b->length) b->buffer->data();
   }
-  for (auto& r : renames) {
-    if (::rename(r.first.c_str(), r.second.c_str()) != 0) {
-      int err = errno;
-      cleanup();
-      throw ModelError("cannot move " + r.first + " to " + r.second + ": " + std::strerror(err));
-    }
-  }
+  commit_renames(renames);
   result.model_bytes = size;
   result.data_files = plan.files;
   result.external_bytes = plan.external_bytes;
