@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -112,7 +113,7 @@ def _copy_file(src: str, dst: str) -> None:
 def worker(tool: str, src: str, dst: str, result: str) -> None:
     base = _util.proc_status()
     import_s, load_s, save_s, end = _load_save(tool, src, dst)
-    ru = __import__("resource").getrusage(__import__("resource").RUSAGE_SELF)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
     with open(result, "w") as f:
         json.dump({
             "import_s": import_s, "load_s": load_s, "save_s": save_s, "total_s": load_s + save_s,

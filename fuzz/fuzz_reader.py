@@ -120,7 +120,7 @@ def _make_leaves(n: int) -> list:
 
 def feedback(key: str) -> None:
     if _LEAVES:
-        _LEAVES[zlib.crc32(key.encode()) % len(_LEAVES)]()
+        _LEAVES[zlib.crc32(key.encode("utf-8", "surrogateescape")) % len(_LEAVES)]()
 
 
 def outcome_keys(model: "pyonnxopt.Model") -> list:

@@ -32,6 +32,14 @@ fuzz_reader = _load_target()
 
 # name -> the input, with what went wrong above it
 FINDINGS = {
+    # An op_type with a byte that is not UTF-8 ("StringNormal\xe9zer"): it
+    # loads and its name reads as a str with a surrogate; the target's own
+    # feedback then failed to encode it (fixed in fuzz_reader.py).
+    "non_utf8_op_type": bytes.fromhex(
+        "0805120c6261636b656e642d746573743a680a320a01781201792210537472696e674e6f726d616ce97a65722a180a11"
+        "69735f636173655f73656e7369746976651801a001021210537472696e674e6f726d616c697a65725a0f0a0178120a0a"
+        "08080812040a020802620f0a0179120a0a08080812040a02080242040a00100a"
+    ),
     # Graph output 'y' has a TypeProto holding an end-group tag (0x2c). Load
     # keeps TypeProto as raw bytes; Value.type decodes them (type_info.cpp)
     # and its ParseError reaches Python as RuntimeError, not ModelError.
