@@ -128,6 +128,9 @@ class Model:
         "<model file>.data"), beside the model, split into `location.1`, ...
         when `max_file_size` is given. Tensors of at least `align_threshold`
         bytes start at multiples of `align` so they can be memory-mapped.
+        An external-data file whose tensors are all kept (most of its bytes
+        still referenced) is written as one copy at the same offsets, cloned
+        where the file system can (btrfs, XFS).
         The input is never modified, also when `path` is the file it came from.
         """
         mode = {None: "keep", True: "all", False: "none"}[external_data]

@@ -202,3 +202,54 @@ def test_single_file_model_over_2gb(tmp_path):
     assert r.switched_to_external and r.data_files == ["out.onnx.data"]
     again = pyonnxopt.load(tmp_path / "out.onnx")
     assert again.initializers()[0].is_external and again.initializers()[0].nbytes == 4 * n
+
+
+def _onnx_external(tmp_path, name="src.onnx"):
+    """A model saved by onnx itself with external data (onnx's own offsets)."""
+    import copy
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}") for i in range(4)]
+    g = helper.make_graph([helper.make_node("Sum", [w.name for w in weights], ["y"])], "g", [],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])], weights)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / name
+    onnx.save(copy.deepcopy(model), path, save_as_external_data=True, location=name + ".data", size_threshold=0)
+    return path, model
+
+
+def test_unchanged_external_file_is_copied_whole_at_the_same_offsets(tmp_path):
+    src, model = _onnx_external(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    m = pyonnxopt.load(src)
+    r = m.save(out / "m.onnx")
+    assert r.data_files == ["m.onnx.data"]
+    assert (out / "m.onnx.data").read_bytes() == (tmp_path / "src.onnx.data").read_bytes()
+    offsets = lambda p: [[e.value for e in t.external_data if e.key == "offset"] for t in
+                         onnx.load(p, load_external_data=False).graph.initializer]
+    assert offsets(out / "m.onnx") == offsets(src)
+    assert strip_location_flags(onnx.load(out / "m.onnx")) == model
+    assert os.stat(out / "m.onnx.data").st_ino != os.stat(tmp_path / "src.onnx.data").st_ino
+
+
+def test_mostly_unreferenced_file_is_composed_afresh(tmp_path):
+    src, model = _onnx_external(tmp_path)
+    with open(tmp_path / "src.onnx.data", "ab") as f:  # stale bytes no tensor reads
+        f.write(b"\0" * 10 * 64 * 64 * 4 * 4)
+    m = pyonnxopt.load(src)
+    m.save(tmp_path / "out.onnx")
+    assert (tmp_path / "out.onnx.data").stat().st_size < 5 * 64 * 64 * 4
+    assert strip_location_flags(onnx.load(tmp_path / "out.onnx")) == model
+
+
+def test_source_replaced_before_save_is_an_error_not_wrong_data(tmp_path):
+    src, model = _onnx_external(tmp_path)
+    m = pyonnxopt.load(src)  # external file checked, not mapped yet
+    data = tmp_path / "src.onnx.data"
+    replacement = tmp_path / "other"
+    replacement.write_bytes(b"\1" * data.stat().st_size)
+    os.replace(replacement, data)
+    with pytest.raises(OSError, match="changed on disk"):
+        m.save(tmp_path / "out.onnx")
+    assert not (tmp_path / "out.onnx").exists()

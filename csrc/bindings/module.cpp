@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <set>
+#include <system_error>
 
 #include "ir/model.h"
 #include "proto/reader.h"
@@ -215,6 +216,8 @@ PYBIND11_MODULE(_core, m) {
       PyObject* m = PyUnicode_DecodeUTF8(msg.data(), static_cast<Py_ssize_t>(msg.size()), "replace");
       PyErr_SetObject(cls.ptr(), m);
       Py_XDECREF(m);
+    } catch (const std::system_error& e) {  // a file changed or vanished under a loaded model
+      PyErr_SetString(PyExc_OSError, e.what());
     }
   });
 

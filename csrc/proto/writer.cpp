@@ -6,9 +6,12 @@
 #include "proto/writer.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -32,6 +35,9 @@ struct Plan {
   std::unordered_map<const Tensor*, Placement> placed;
   std::vector<std::string> files;
   std::vector<std::vector<const Tensor*>> order;  // tensors per file, by offset
+  // Per file: the source file it is a whole copy of (tensors at their old
+  // offsets), or null when it is composed tensor by tensor.
+  std::vector<const Buffer*> whole_copy_of;
   uint64_t external_bytes = 0;
 };
 
@@ -63,6 +69,7 @@ class FileSink : public Sink {
   }
   ~FileSink() override {
     if (fd_ >= 0) ::close(fd_);
+    if (source_fd_ >= 0) ::close(source_fd_);
   }
   void write(const void* p, size_t n) override {
     if (buf_.size() + n > kBuffer) flush();
@@ -73,14 +80,26 @@ class FileSink : public Sink {
     }
   }
   void write_blob(const Blob& b) override {
-    int src = b.length >= kCopyThreshold && b.buffer ? b.buffer->open_source() : -1;
+    int src = b.length >= kCopyThreshold ? source_fd(b.buffer.get()) : -1;
     if (src < 0) {  // memory, small, or the file was replaced: copy from the mapping
       write(b.data(), b.length);
       return;
     }
     flush();
     copy_range(src, b.offset, b.length);
-    ::close(src);
+  }
+  // The whole of `source`: a clone sharing its blocks where the file system
+  // can (btrfs, XFS), else one kernel-side copy. False if the source is gone.
+  bool write_whole(const Buffer* source) {
+    int src = source_fd(source);
+    if (src < 0) return false;
+    flush();
+    if (::ioctl(fd_, FICLONE, src) == 0) {
+      if (::lseek(fd_, 0, SEEK_END) < 0) fail("cannot seek in", errno);
+      return true;
+    }
+    copy_range(src, 0, source->size());
+    return true;
   }
   void close() {
     flush();
@@ -144,9 +163,22 @@ class FileSink : public Sink {
     }
   }
 
+  // One open source file at a time: data files are written source by source.
+  int source_fd(const Buffer* b) {
+    if (!b) return -1;
+    if (b != source_) {
+      if (source_fd_ >= 0) ::close(source_fd_);
+      source_ = b;
+      source_fd_ = b->open_source();
+    }
+    return source_fd_;
+  }
+
   std::string path_;
   int fd_ = -1;
   std::string buf_;
+  const Buffer* source_ = nullptr;
+  int source_fd_ = -1;
 };
 
 // ---------------------------------------------------------------- emitters
@@ -458,29 +490,67 @@ std::string dir_name(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// Tensors read from one external file that the output keeps whole (most of
+// its bytes are still referenced) stay at their offsets, so that file is
+// written as one clone or copy. The rest are laid out afresh.
+std::unordered_map<const Buffer*, bool> whole_sources(const std::vector<const Tensor*>& external, const SaveOptions& opt) {
+  std::unordered_map<const Buffer*, uint64_t> referenced;
+  for (const Tensor* t : external)
+    if (t->is_external() && t->external_bytes.buffer) referenced[t->external_bytes.buffer.get()] += t->external_bytes.length;
+  std::unordered_map<const Buffer*, bool> whole;
+  for (auto& [buf, bytes] : referenced)
+    whole[buf] = opt.max_file_size == 0 && bytes * 10 >= buf->size() * 9;
+  return whole;
+}
+
 Plan make_plan(const Model& m, ExternalMode mode, const SaveOptions& opt, const std::string& path) {
   Plan plan;
   if (mode == ExternalMode::kNone) return plan;
   const std::string location = opt.location.empty() ? base_name(path) + ".data" : opt.location;
-  std::vector<uint64_t> sizes;
+  auto new_file = [&](const Buffer* whole) {
+    plan.files.push_back(plan.files.empty() ? location : location + "." + std::to_string(plan.files.size()));
+    plan.order.emplace_back();
+    plan.whole_copy_of.push_back(whole);
+  };
+
+  std::vector<const Tensor*> external;
   for (const Tensor* t : m.all_tensors()) {
     const Blob* payload = t->raw_payload();
-    if (!payload) continue;
-    bool external = t->is_external() || (mode == ExternalMode::kAll && payload->length >= opt.size_threshold);
-    if (!external) continue;
-    const uint64_t align = payload->length >= opt.align_threshold ? std::max<uint64_t>(opt.align, 1) : 16;
-    auto aligned = [align](uint64_t end) { return (end + align - 1) / align * align; };
-    if (plan.files.empty() ||
-        (opt.max_file_size && sizes.back() > 0 && aligned(sizes.back()) + payload->length > opt.max_file_size)) {
-      plan.files.push_back(plan.files.empty() ? location : location + "." + std::to_string(plan.files.size()));
-      sizes.push_back(0);
-      plan.order.emplace_back();
+    if (payload && (t->is_external() || (mode == ExternalMode::kAll && payload->length >= opt.size_threshold)))
+      external.push_back(t);
+  }
+  const auto whole = whole_sources(external, opt);
+  std::unordered_map<const Buffer*, size_t> file_of_source;
+  std::vector<const Tensor*> fresh;
+  for (const Tensor* t : external) {
+    const Buffer* src = t->is_external() ? t->external_bytes.buffer.get() : nullptr;
+    if (!src || !whole.at(src)) {
+      fresh.push_back(t);
+      continue;
     }
-    uint64_t offset = aligned(sizes.back());
+    auto [it, added] = file_of_source.emplace(src, plan.files.size());
+    if (added) new_file(src);
+    plan.placed.emplace(t, Placement{it->second, t->external_bytes.offset});
+    plan.order[it->second].push_back(t);
+    plan.external_bytes += t->external_bytes.length;
+  }
+
+  uint64_t size = 0;
+  bool open = false;  // a composed file is being filled
+  for (const Tensor* t : fresh) {
+    const uint64_t length = t->raw_payload()->length;
+    const uint64_t align = length >= opt.align_threshold ? std::max<uint64_t>(opt.align, 1) : 16;
+    auto aligned = [align](uint64_t end) { return (end + align - 1) / align * align; };
+    if (!open || (opt.max_file_size && size > 0 && aligned(size) + length > opt.max_file_size)) {
+      new_file(nullptr);
+      size = 0;
+      open = true;
+    }
+    uint64_t offset = aligned(size);
     plan.placed.emplace(t, Placement{plan.files.size() - 1, offset});
     plan.order.back().push_back(t);
-    sizes.back() = offset + payload->length;
-    plan.external_bytes += payload->length;
+    size = offset + length;
+    plan.external_bytes += length;
   }
   return plan;
 }
@@ -490,18 +560,37 @@ std::string temp_name(const std::string& dir, const std::string& name) {
   return dir + "/." + name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
 }
 
+// A data file is a clone or one kernel-side copy of its source when it keeps
+// that file whole; a hard link would be faster still, but onnx refuses to read
+// external data through a file with several links.
 void write_data_file(const Plan& plan, size_t file, const std::string& tmp_path) {
+  if (const Buffer* source = plan.whole_copy_of[file]) {
+    FileSink sink(tmp_path);
+    if (sink.write_whole(source)) {
+      sink.close();
+      return;
+    }
+  }  // else the source was replaced since load: compose from the mapped bytes
+  std::vector<const Tensor*> by_offset = plan.order[file];
+  std::sort(by_offset.begin(), by_offset.end(),
+            [&](const Tensor* a, const Tensor* b) { return plan.placed.at(a).offset < plan.placed.at(b).offset; });
   FileSink sink(tmp_path);
   uint64_t pos = 0;
   static const char kZeros[4096] = {};
-  for (const Tensor* t : plan.order[file]) {
+  for (const Tensor* t : by_offset) {
     uint64_t offset = plan.placed.at(t).offset;
+    Blob b = *t->raw_payload();
+    if (offset < pos) {  // tensors sharing bytes in their source file: write what is not there yet
+      uint64_t done = std::min(pos - offset, b.length);
+      b.offset += done;
+      b.length -= done;
+      offset = pos;
+    }
     while (pos < offset) {
       uint64_t k = std::min<uint64_t>(offset - pos, sizeof(kZeros));
       sink.write(kZeros, k);
       pos += k;
     }
-    const Blob& b = *t->raw_payload();
     sink.write_blob(b);
     pos += b.length;
   }
