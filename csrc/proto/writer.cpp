@@ -5,9 +5,6 @@
 // go straight from their source to the file.
 #include "proto/writer.h"
 
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +15,7 @@
 #include <system_error>
 #include <unordered_map>
 
+#include "proto/sink.h"
 #include "proto/wire.h"
 
 namespace pyonnxopt::proto {
@@ -39,146 +37,6 @@ struct Plan {
   // offsets), or null when it is composed tensor by tensor.
   std::vector<const Buffer*> whole_copy_of;
   uint64_t external_bytes = 0;
-};
-
-// ---------------------------------------------------------------- sinks
-
-class Sink {
- public:
-  virtual ~Sink() = default;
-  virtual void write(const void* p, size_t n) = 0;
-  // Bytes of `blob`; a file-backed one may be copied in the kernel.
-  virtual void write_blob(const Blob& b) { write(b.data(), b.length); }
-};
-
-class StringSink : public Sink {
- public:
-  explicit StringSink(std::string& out) : out_(out) {}
-  void write(const void* p, size_t n) override { out_.append(static_cast<const char*>(p), n); }
-
- private:
-  std::string& out_;
-};
-
-class FileSink : public Sink {
- public:
-  explicit FileSink(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("cannot create", errno);
-    buf_.reserve(kBuffer);
-  }
-  ~FileSink() override {
-    if (fd_ >= 0) ::close(fd_);
-    if (source_fd_ >= 0) ::close(source_fd_);
-  }
-  void write(const void* p, size_t n) override {
-    if (buf_.size() + n > kBuffer) flush();
-    if (n >= kBuffer) {
-      raw_write(static_cast<const uint8_t*>(p), n);
-    } else {
-      buf_.append(static_cast<const char*>(p), n);
-    }
-  }
-  void write_blob(const Blob& b) override {
-    int src = b.length >= kCopyThreshold ? source_fd(b.buffer.get()) : -1;
-    if (src < 0) {  // memory, small, or the file was replaced: copy from the mapping
-      write(b.data(), b.length);
-      return;
-    }
-    flush();
-    copy_range(src, b.offset, b.length);
-  }
-  // The whole of `source`: a clone sharing its blocks where the file system
-  // can (btrfs, XFS), else one kernel-side copy. False if the source is gone.
-  bool write_whole(const Buffer* source) {
-    int src = source_fd(source);
-    if (src < 0) return false;
-    flush();
-    if (::ioctl(fd_, FICLONE, src) == 0) {
-      if (::lseek(fd_, 0, SEEK_END) < 0) fail("cannot seek in", errno);
-      return true;
-    }
-    copy_range(src, 0, source->size());
-    return true;
-  }
-  void close() {
-    flush();
-    if (::close(fd_) != 0) {
-      fd_ = -1;
-      fail("cannot finish writing", errno);
-    }
-    fd_ = -1;
-  }
-
- private:
-  static constexpr size_t kBuffer = 1 << 20;
-  static constexpr uint64_t kCopyThreshold = 1 << 16;
-
-  [[noreturn]] void fail(const char* what, int err) {
-    throw ModelError(std::string(what) + " " + path_ + ": " + std::strerror(err));
-  }
-  void flush() {
-    if (!buf_.empty()) raw_write(reinterpret_cast<const uint8_t*>(buf_.data()), buf_.size());
-    buf_.clear();
-  }
-  void raw_write(const uint8_t* p, size_t n) {
-    while (n) {
-      ssize_t k = ::write(fd_, p, n);
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        fail("cannot write", errno);
-      }
-      p += k;
-      n -= static_cast<size_t>(k);
-    }
-  }
-  // File-to-file copy: the kernel moves the bytes, our memory never holds them.
-  void copy_range(int in, uint64_t offset, uint64_t length) {
-    loff_t off = static_cast<loff_t>(offset);
-    uint64_t left = length;
-    while (left) {
-      ssize_t k = ::copy_file_range(in, &off, fd_, nullptr, left, 0);
-      if (k > 0) {
-        left -= static_cast<uint64_t>(k);
-        continue;
-      }
-      if (k < 0 && errno == EINTR) continue;
-      if (k == 0 || errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP || errno == EPERM) {
-        copy_by_reading(in, off, left);
-        left = 0;
-        break;
-      }
-      fail("cannot copy into", errno);
-    }
-  }
-  void copy_by_reading(int in, loff_t off, uint64_t left) {
-    std::string chunk(kBuffer, '\0');
-    while (left) {
-      ssize_t k = ::pread(in, chunk.data(), std::min<uint64_t>(left, kBuffer), off);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) fail("source shrank while copying into", k < 0 ? errno : EIO);
-      raw_write(reinterpret_cast<const uint8_t*>(chunk.data()), static_cast<size_t>(k));
-      off += k;
-      left -= static_cast<uint64_t>(k);
-    }
-  }
-
-  // One open source file at a time: data files are written source by source.
-  int source_fd(const Buffer* b) {
-    if (!b) return -1;
-    if (b != source_) {
-      if (source_fd_ >= 0) ::close(source_fd_);
-      source_ = b;
-      source_fd_ = b->open_source();
-    }
-    return source_fd_;
-  }
-
-  std::string path_;
-  int fd_ = -1;
-  std::string buf_;
-  const Buffer* source_ = nullptr;
-  int source_fd_ = -1;
 };
 
 // ---------------------------------------------------------------- emitters
