@@ -205,13 +205,13 @@ def test_single_file_model_over_2gb(tmp_path):
 
 
 def _onnx_external(tmp_path, name="src.onnx"):
-    """A model saved by onnx itself with external data (onnx's own offsets)."""
+    """A 16 MiB model saved by onnx itself with external data (onnx's own offsets)."""
     import copy
 
     rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}") for i in range(4)]
+    weights = [numpy_helper.from_array(rng.standard_normal((1024, 1024)).astype(np.float32), f"w{i}") for i in range(4)]
     g = helper.make_graph([helper.make_node("Sum", [w.name for w in weights], ["y"])], "g", [],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])], weights)
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1024, 1024])], weights)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     path = tmp_path / name
     onnx.save(copy.deepcopy(model), path, save_as_external_data=True, location=name + ".data", size_threshold=0)
@@ -233,13 +233,29 @@ def test_unchanged_external_file_is_copied_whole_at_the_same_offsets(tmp_path):
     assert os.stat(out / "m.onnx.data").st_ino != os.stat(tmp_path / "src.onnx.data").st_ino
 
 
+def test_small_external_files_are_gathered_into_one(tmp_path):
+    """onnx's one-file-per-tensor layout: the output holds one data file."""
+    weights = [numpy_helper.from_array(np.full((8, 8), i, np.float32), f"w{i}") for i in range(5)]
+    g = helper.make_graph([helper.make_node("Sum", [w.name for w in weights], ["y"])], "g", [],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 8])], weights)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    src = tmp_path / "src.onnx"
+    onnx.save(onnx.ModelProto.FromString(model.SerializeToString()), src, save_as_external_data=True,
+              all_tensors_to_one_file=False, size_threshold=0)
+    m = pyonnxopt.load(src)
+    assert len(m.external_files()) == 5
+    r = m.save(tmp_path / "out.onnx")
+    assert r.data_files == ["out.onnx.data"]
+    assert strip_location_flags(onnx.load(tmp_path / "out.onnx")) == model
+
+
 def test_mostly_unreferenced_file_is_composed_afresh(tmp_path):
     src, model = _onnx_external(tmp_path)
     with open(tmp_path / "src.onnx.data", "ab") as f:  # stale bytes no tensor reads
-        f.write(b"\0" * 10 * 64 * 64 * 4 * 4)
+        f.truncate(f.tell() + 4 * 16 * 2**20)
     m = pyonnxopt.load(src)
     m.save(tmp_path / "out.onnx")
-    assert (tmp_path / "out.onnx.data").stat().st_size < 5 * 64 * 64 * 4
+    assert (tmp_path / "out.onnx.data").stat().st_size < 17 * 2**20
     assert strip_location_flags(onnx.load(tmp_path / "out.onnx")) == model
 
 

@@ -359,8 +359,7 @@ PYBIND11_MODULE(_core, m) {
              std::optional<NodeRef> before) {
             for (const auto& o : outputs)
               if (!o.empty() && g.ptr->find_local(o))
-                throw ir::ModelError("output '" + o + "' of new node is already defined twice in graph '" +
-                                     g.ptr->name.value + "'");
+                throw ir::ModelError("value '" + o + "' is defined twice in graph '" + g.ptr->name.value + "'");
             ir::Node* node = g.ptr->new_node();
             node->op_type.set(op_type);
             if (!name.empty()) node->name.set(name);

@@ -348,16 +348,19 @@ std::string dir_name(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-// Tensors read from one external file that the output keeps whole (most of
-// its bytes are still referenced) stay at their offsets, so that file is
-// written as one clone or copy. The rest are laid out afresh.
+// Tensors read from one big external file that the output keeps whole (most
+// of its bytes still referenced) stay at their offsets, so that file is
+// written as one clone or copy. Small files (onnx's one-file-per-tensor
+// layout) and the rest are laid out afresh in one file.
+constexpr uint64_t kWholeCopyMinBytes = 16 << 20;
+
 std::unordered_map<const Buffer*, bool> whole_sources(const std::vector<const Tensor*>& external, const SaveOptions& opt) {
   std::unordered_map<const Buffer*, uint64_t> referenced;
   for (const Tensor* t : external)
     if (t->is_external() && t->external_bytes.buffer) referenced[t->external_bytes.buffer.get()] += t->external_bytes.length;
   std::unordered_map<const Buffer*, bool> whole;
   for (auto& [buf, bytes] : referenced)
-    whole[buf] = opt.max_file_size == 0 && bytes * 10 >= buf->size() * 9;
+    whole[buf] = opt.max_file_size == 0 && buf->size() >= kWholeCopyMinBytes && bytes * 10 >= buf->size() * 9;
   return whole;
 }
 
