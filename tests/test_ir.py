@@ -157,3 +157,20 @@ def test_function_bodies_are_graphs():
     assert fn.body.value("a").uses[0][0].op_type == "Add"
     assert m.check_invariants() == []
     assert onnx.load_from_string(m.to_bytes()) == model
+
+
+def test_replace_node_keeps_output_names_and_readers():
+    m = pyonnxopt.load(chain_model())
+    g = m.graph
+    b = g.nodes[1]
+    new = g.replace_node(b, "Sigmoid", [g.value("t1")], name="b_sig")
+    assert b.removed and [n.name for n in g.nodes] == ["a", "b_sig", "c"]
+    assert g.value("t2").producer == new and g.value("t2").uses[0][0].name == "c"
+    assert m.check_invariants() == []
+    out = m.to_onnx()
+    assert [n.op_type for n in out.graph.node] == ["Relu", "Sigmoid", "Abs"]
+    assert out.graph.node[1].output == ["t2"]
+    # Replacing the node that produces a graph output keeps the output's name.
+    g.replace_node(g.nodes[2], "Neg", [g.value("t2")])
+    assert [v.name for v in g.outputs] == ["y"] and m.check_invariants() == []
+    onnx.checker.check_model(m.to_onnx(), full_check=True)

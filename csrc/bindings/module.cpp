@@ -369,7 +369,20 @@ PYBIND11_MODULE(_core, m) {
             return NodeRef{g.model, g.ptr->add_node(node, before ? before->ptr : nullptr)};
           },
           py::arg("op_type"), py::arg("inputs"), py::arg("outputs"), py::arg("name") = "", py::arg("domain") = "",
-          py::arg("before") = py::none());
+          py::arg("before") = py::none())
+      .def(
+          "replace_node",
+          [](const GraphRef& g, const NodeRef& old_node, const std::string& op_type,
+             const std::vector<std::optional<ValueRef>>& inputs, const std::string& name, const std::string& domain) {
+            ir::Node* node = g.ptr->new_node();
+            node->op_type.set(op_type);
+            if (!name.empty()) node->name.set(name);
+            if (!domain.empty()) node->domain.set(domain);
+            for (const auto& v : inputs) node->inputs.push_back(v ? v->ptr : nullptr);
+            return NodeRef{g.model, g.ptr->replace_node(old_node.ptr, node)};
+          },
+          py::arg("node"), py::arg("op_type"), py::arg("inputs"), py::arg("name") = "", py::arg("domain") = "",
+          "A new node in place of `node`, computing its outputs (same values, same names) from `inputs`.");
 
   py::class_<NodeRef>(m, "Node")
       .def("__eq__", &NodeRef::operator==)

@@ -228,6 +228,22 @@ void Graph::remove_node(Node* node) {
   nodes.erase(node);
 }
 
+Node* Graph::replace_node(Node* old_node, Node* replacement) {
+  if (old_node->graph != this || old_node->removed) throw ModelError("node " + old_node->display_name() + " is not in this graph");
+  if (!replacement->outputs.empty()) throw ModelError("a replacement node takes over the old node's outputs; give it none");
+  add_node(replacement, old_node);
+  replacement->outputs = std::move(old_node->outputs);
+  old_node->outputs.clear();
+  for (size_t i = 0; i < replacement->outputs.size(); ++i) {
+    if (Value* v = replacement->outputs[i]) {
+      v->producer = replacement;
+      v->producer_index = static_cast<int>(i);
+    }
+  }
+  remove_node(old_node);
+  return replacement;
+}
+
 void Graph::replace_all_uses(Value* from, Value* to) {
   if (from == to) return;
   auto uses = from->uses;  // set_input edits from->uses

@@ -305,6 +305,10 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   // Unlinks a node whose outputs are no longer read; it stays allocated (and
   // flagged `removed`) until the model is destroyed, so handles stay valid.
   void remove_node(Node* node);
+  // Puts `replacement` (from new_node(), with inputs and no outputs) where
+  // `old_node` is; it takes over old_node's output values, so every reader
+  // and graph output keeps its name. old_node is removed.
+  Node* replace_node(Node* old_node, Node* replacement);
   // Redirects every reader of `from` (nodes anywhere and graph outputs) to `to`.
   void replace_all_uses(Value* from, Value* to);
 
