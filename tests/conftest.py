@@ -8,6 +8,16 @@ ONNX_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "dat
 
 
 @pytest.fixture
+def cnn_path(tmp_path):
+    """The demo CNN (pyonnxopt.examples.tiny_cnn) saved as tmp_path/cnn.onnx."""
+    from pyonnxopt.examples import tiny_cnn
+
+    path = tmp_path / "cnn.onnx"
+    onnx.save(tiny_cnn(), path)
+    return path
+
+
+@pytest.fixture
 def if_model():
     """Main graph with an If whose branches read outer-scope values."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])

@@ -8,7 +8,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import pyonnxopt
-from pyonnxopt.examples import tiny_cnn
 
 
 def strip_location_flags(model):
@@ -17,13 +16,6 @@ def strip_location_flags(model):
         if t.HasField("data_location") and t.data_location == 0:
             t.ClearField("data_location")
     return model
-
-
-@pytest.fixture
-def cnn_path(tmp_path):
-    path = tmp_path / "cnn.onnx"
-    onnx.save(tiny_cnn(), path)
-    return path
 
 
 def test_load_from_path_bytes_and_proto(cnn_path):

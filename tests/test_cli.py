@@ -9,14 +9,6 @@ import pytest
 
 from pyonnxopt import __version__
 from pyonnxopt.cli import main
-from pyonnxopt.examples import tiny_cnn
-
-
-@pytest.fixture
-def cnn_path(tmp_path):
-    path = tmp_path / "cnn.onnx"
-    onnx.save(tiny_cnn(), path)
-    return path
 
 
 def test_version(capsys):
