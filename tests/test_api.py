@@ -261,3 +261,26 @@ def test_source_replaced_before_save_is_an_error_not_wrong_data(tmp_path):
     with pytest.raises(OSError, match="changed on disk"):
         m.save(tmp_path / "out.onnx")
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_annotations_and_device_configurations_round_trip():
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    ann = g.quantization_annotation.add(tensor_name="x")
+    ann.quant_parameter_tensor_names.add(key="SCALE_TENSOR", value="s")
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    cfg = model.graph.node[0].device_configurations.add(configuration_id="c", pipeline_stage=1)
+    spec = cfg.sharding_spec.add(tensor_name="x", device=[0, 1])
+    spec.sharded_dim.add(axis=0).simple_sharding.add(dim_value=2, num_shards=2)
+    model.configuration.add(name="c", num_devices=2, device=["gpu0", "gpu1"])
+    assert onnx.ModelProto.FromString(pyonnxopt.load(model).to_bytes()) == model
+
+
+def test_malformed_annotation_is_refused():
+    graph = helper.make_graph([], "g", [], []).SerializeToString()
+    # quantization_annotation (GraphProto field 14) whose entry claims 5 bytes and has 2
+    bad_graph = graph + bytes([0x72, 0x04, 0x12, 0x05, 0x0A, 0x01])
+    data = bytes([0x08, 0x08, 0x3A, len(bad_graph)]) + bad_graph
+    with pytest.raises(pyonnxopt.ModelError, match="runs past the end"):
+        pyonnxopt.load(data)

@@ -37,9 +37,9 @@ struct Opt {
   }
 };
 
-// Fields we keep as they came: unknown fields and messages we never look into
-// (TypeProto, Segment, TensorAnnotation, device configurations). Each entry is
-// one complete field, tag included.
+// Fields kept as they came: unknown fields, and known ones the IR does not
+// model (quantization annotations, device configurations). Each entry is one
+// complete field, tag included, written back after the known fields.
 using RawFields = std::vector<std::string>;
 
 struct Entry {  // StringStringEntryProto

@@ -7,7 +7,7 @@
 #include <system_error>
 
 #include "proto/link.h"
-#include "proto/type_info.h"
+#include "proto/validate.h"
 #include "proto/wire.h"
 
 namespace pyonnxopt::proto {
@@ -39,6 +39,7 @@ class Parser {
         case 14: m->metadata_props.push_back(entry(msg(r, f))); break;
         case 20: m->training_info.push_back(training(msg(r, f), 2)); break;
         case 25: m->functions.push_back(function(msg(r, f), 2)); break;
+        case 26: m->extra.push_back(kept_field(r, f, validate_device_configuration, 2)); break;
         default: m->extra.emplace_back(r.skip(f.start, f.wire, f.num));
       }
     }
@@ -147,18 +148,29 @@ class Parser {
   // A message kept as bytes (TypeProto, Segment): checked against its schema
   // now, so bad bytes fail here rather than in whoever reads them later. A
   // repeated occurrence merges, which for serialized messages is concatenation.
-  void raw_into(WireReader& r, const Field& f, Opt<std::string>& out, void (*validate)(std::string_view, int), int depth) {
+  using Validator = void (*)(std::string_view, int);
+  void check(std::string_view payload, Validator validate, int depth) {
+    try {
+      validate(payload, depth);
+    } catch (const ParseError& e) {  // offsets relative to the payload -> to the file
+      throw ParseError(e.what(), e.offset + static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(payload.data()) - root_));
+    }
+  }
+  void raw_into(WireReader& r, const Field& f, Opt<std::string>& out, Validator validate, int depth) {
     expect(r, f, kLen);
     std::string_view v = r.bytes();
-    try {
-      validate(v, depth);
-    } catch (const ParseError& e) {
-      throw ParseError(e.what(), e.offset + static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(v.data()) - root_));
-    }
+    check(v, validate, depth);
     if (out.has) out.value.append(v);
     else out.set(std::string(v));
   }
-  std::string raw_one(WireReader& r, const Field& f, void (*validate)(std::string_view, int), int depth) {
+  // A known field the IR does not model, kept whole (tag included) with the
+  // unknown ones once its payload passed the schema check.
+  std::string kept_field(WireReader& r, const Field& f, Validator validate, int depth) {
+    expect(r, f, kLen);
+    check(r.bytes(), validate, depth);
+    return std::string(reinterpret_cast<const char*>(f.start), static_cast<size_t>(r.pos() - f.start));
+  }
+  std::string raw_one(WireReader& r, const Field& f, Validator validate, int depth) {
     Opt<std::string> out;
     raw_into(r, f, out, validate, depth);
     return std::move(out.value);
@@ -308,6 +320,7 @@ class Parser {
         case 7: n->domain.set(str(r, f)); break;
         case 8: n->overload.set(str(r, f)); break;
         case 9: n->metadata_props.push_back(entry(msg(r, f))); break;
+        case 10: n->extra.push_back(kept_field(r, f, validate_node_device_configuration, depth + 1)); break;
         default: n->extra.emplace_back(r.skip(f.start, f.wire, f.num));
       }
     }
@@ -334,6 +347,7 @@ class Parser {
         case 13: g.value_info.push_back(value_info(msg(r, f), depth + 1)); break;
         case 15: g.sparse_initializers.emplace_back(); sparse(msg(r, f), g.sparse_initializers.back(), depth + 1); break;
         case 16: g.metadata_props.push_back(entry(msg(r, f))); break;
+        case 14: g.extra.push_back(kept_field(r, f, validate_tensor_annotation, depth + 1)); break;
         default: g.extra.emplace_back(r.skip(f.start, f.wire, f.num));
       }
     }

@@ -127,69 +127,7 @@ void put_len(std::string& out, uint32_t field, const std::string& payload) {
   out += payload;
 }
 
-// A tiny schema: for each field number, what it must be. Fields not listed
-// are unknown and skipped as protobuf does.
-enum class Kind { kVarint, kString, kType, kTensorType, kShape, kDim, kOpaque, kSeqOrOpt, kMap };
-
-struct FieldRule {
-  uint32_t number;
-  Kind kind;
-};
-
-void validate_as(Kind kind, WireReader& r, int depth);
-
-void validate_fields(WireReader& r, std::initializer_list<FieldRule> rules, int depth) {
-  if (depth > kMaxMessageDepth) r.fail("messages nested deeper than protobuf's limit of " + std::to_string(kMaxMessageDepth));
-  uint32_t f;
-  WireType w;
-  while (r.tag(f, w)) {
-    const FieldRule* rule = nullptr;
-    for (const auto& x : rules)
-      if (x.number == f) rule = &x;
-    if (!rule) {
-      r.skip(r.pos(), w, f);
-      continue;
-    }
-    if (rule->kind == Kind::kVarint) {
-      if (w != kVarint) r.fail("field " + std::to_string(f) + " has wire type " + std::to_string(w) + ", expected varint");
-      r.varint();
-      continue;
-    }
-    if (w != kLen) r.fail("field " + std::to_string(f) + " has wire type " + std::to_string(w) + ", expected length-delimited");
-    std::string_view v = r.bytes();
-    if (rule->kind == Kind::kString) continue;
-    WireReader inner(reinterpret_cast<const uint8_t*>(v.data()), v.size(), r.offset() - v.size());
-    validate_as(rule->kind, inner, depth + 1);
-  }
-}
-
-void validate_as(Kind kind, WireReader& r, int depth) {
-  switch (kind) {
-    case Kind::kType:
-      validate_fields(r, {{1, Kind::kTensorType}, {4, Kind::kSeqOrOpt}, {5, Kind::kMap}, {6, Kind::kString},
-                          {7, Kind::kOpaque}, {8, Kind::kTensorType}, {9, Kind::kSeqOrOpt}}, depth);
-      break;
-    case Kind::kTensorType: validate_fields(r, {{1, Kind::kVarint}, {2, Kind::kShape}}, depth); break;
-    case Kind::kShape: validate_fields(r, {{1, Kind::kDim}}, depth); break;
-    case Kind::kDim: validate_fields(r, {{1, Kind::kVarint}, {2, Kind::kString}, {3, Kind::kString}}, depth); break;
-    case Kind::kOpaque: validate_fields(r, {{1, Kind::kString}, {2, Kind::kString}}, depth); break;
-    case Kind::kSeqOrOpt: validate_fields(r, {{1, Kind::kType}}, depth); break;
-    case Kind::kMap: validate_fields(r, {{1, Kind::kVarint}, {2, Kind::kType}}, depth); break;
-    default: break;
-  }
-}
-
 }  // namespace
-
-void validate_type(std::string_view bytes, int depth) {
-  WireReader r = sub(bytes);
-  validate_as(Kind::kType, r, depth);
-}
-
-void validate_segment(std::string_view bytes, int depth) {
-  WireReader r = sub(bytes);
-  validate_fields(r, {{1, Kind::kVarint}, {2, Kind::kVarint}}, depth);
-}
 
 TypeDesc decode_type(std::string_view bytes) { return decode(bytes, 0); }
 

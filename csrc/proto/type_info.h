@@ -24,12 +24,6 @@ struct TypeDesc {
   std::string text;  // e.g. "float32[N,3,224,224]", "seq(tensor(int64))"
 };
 
-// Check bytes against the TypeProto / TensorProto.Segment schema; `depth` is
-// the message depth of the bytes themselves. Throw proto::ParseError with an
-// offset relative to the bytes.
-void validate_type(std::string_view bytes, int depth);
-void validate_segment(std::string_view bytes, int depth);
-
 // Throws proto::ParseError on malformed bytes.
 TypeDesc decode_type(std::string_view bytes);
 std::string encode_tensor_type(int32_t elem_type, const std::vector<Dim>* dims);
