@@ -542,6 +542,11 @@ SaveResult save_file(const Model& m, const std::string& path, const SaveOptions&
     for (auto& r : renames) ::unlink(r.first.c_str());
   };
   try {
+    // A source may be one of the files replaced below: map every source file
+    // first, so its old contents stay readable after the rename (and a source
+    // that changed on disk since load fails here, before anything is written).
+    for (const Tensor* t : m.all_tensors())
+      if (const Blob* b = t->raw_payload(); b && b->buffer && b->length) b->buffer->data();
     for (size_t i = 0; i < plan.files.size(); ++i) {
       std::string tmp = temp_name(dir, plan.files[i]);
       renames.emplace_back(tmp, dir + "/" + plan.files[i]);
@@ -556,11 +561,6 @@ SaveResult save_file(const Model& m, const std::string& path, const SaveOptions&
   } catch (...) {
     cleanup();
     throw;
-  }
-  // The source may be one of the files replaced below: map every source file
-  // now so its old contents stay readable after the rename.
-  for (const Tensor* t : m.all_tensors()) {
-    if (const Blob* b = t->raw_payload(); b && b->buffer && b->length) b->buffer->data();
   }
   commit_renames(renames);
   result.model_bytes = size;
