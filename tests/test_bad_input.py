@@ -16,7 +16,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import onnx
@@ -297,10 +296,8 @@ def test_length_prefix_past_the_end():
 
 
 def test_huge_length_prefix_is_not_allocated():
-    t0 = time.perf_counter()
     with pytest.raises(ModelError, match=rf"length {2**62} runs past the end"):
         pyonnxopt.load(vi(1, 8) + tag(2, 2) + varint(2**62) + b"x")
-    assert time.perf_counter() - t0 < 1
 
 
 def test_length_prefix_past_the_end_of_the_enclosing_message():
@@ -366,20 +363,17 @@ def test_attribute_tensor_with_bad_raw_data():
 
 
 def test_huge_dims_with_tiny_raw_data_fail_fast():
-    # 2**40 float32 would be 4 TiB: nothing may be sized by the dims.
+    # 2**40 float32 would be 4 TiB: nothing may be sized by the dims (an
+    # attempt would end in MemoryError, not this ModelError).
     t = TensorProto(name="w", data_type=F, dims=[2**40], raw_data=b"\x00" * 4)
-    t0 = time.perf_counter()
     with pytest.raises(ModelError, match=r"tensor 'w': raw_data has 4 bytes, but float32 dims need 4398046511104"):
         pyonnxopt.load(model_with_initializer(t))
-    assert time.perf_counter() - t0 < 1
 
 
 def test_huge_dims_with_tiny_float_data_fail_fast():
     t = TensorProto(name="w", data_type=F, dims=[2**40], float_data=[1.0])
-    t0 = time.perf_counter()
     with pytest.raises(ModelError, match=r"tensor 'w': float_data has 1 elements"):
         pyonnxopt.load(model_with_initializer(t))
-    assert time.perf_counter() - t0 < 1
 
 
 @pytest.mark.parametrize(
@@ -399,10 +393,8 @@ def test_huge_packed_count_claim_is_bounded_by_payload():
     # A packed int64_data of 3 bytes cannot hold 2**40 elements.
     tensor = vi(1, 2**40) + vi(2, TensorProto.INT64) + ld(7, b"\x01\x02\x03") + ld(8, "w")
     graph = graph_bytes([node_bytes("Relu", ["w"], ["y"], "relu")], "g", ["y"]) + ld(5, tensor)
-    t0 = time.perf_counter()
     with pytest.raises(ModelError, match=r"tensor 'w': int64_data has 3 elements"):
         pyonnxopt.load(model_bytes(graph))
-    assert time.perf_counter() - t0 < 1
 
 
 # ---------------------------------------------------------------- external data
