@@ -58,8 +58,10 @@ def model_info(model: Model) -> dict:
         "initializer_bytes": sum(t.nbytes for t in initializers),
         "external_data": sorted(external.values(), key=lambda e: e["location"]),
         "external_bytes": sum(e["bytes"] for e in external.values()),
+        "sparse_initializer_count": sum(g.sparse_initializer_count for g in model_graphs),
         "subgraph_count": sum(1 for g in model_graphs if g.parent is not None),
         "function_count": len(model.functions),
         "functions": [f"{f.domain}::{f.name}" if f.domain else f.name for f in model.functions],
+        "training_info_count": model._core.training_info_count,
         "metadata_props": model.metadata_props,
     }

@@ -261,7 +261,6 @@ PYBIND11_MODULE(_core, m) {
              return std::vector<std::string>(files.begin(), files.end());
            })
       .def("check_invariants", [](const ir::Model& x) { return ir::check_invariants(x); })
-      .def("inline_size", &proto::inline_size, py::call_guard<py::gil_scoped_release>())
       .def("serialize",
            [](const ir::Model& x) {
              std::string s;

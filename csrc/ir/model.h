@@ -318,7 +318,6 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   // Values of enclosing scopes that nodes in this graph (or deeper) read.
   std::vector<Value*> outer_references() const;
 
-  size_t node_count() const { return nodes.size(); }
 
  private:
   // Nodes and values live in pools (stable addresses, allocated in chunks,

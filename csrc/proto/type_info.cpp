@@ -113,45 +113,8 @@ TypeDesc decode(std::string_view bytes, int depth) {
   return t;
 }
 
-void put_field(std::string& out, uint32_t field, WireType w) {
-  uint8_t b[10];
-  out.append(reinterpret_cast<char*>(b), put_varint(b, make_tag(field, w)));
-}
-void put_uint(std::string& out, uint64_t v) {
-  uint8_t b[10];
-  out.append(reinterpret_cast<char*>(b), put_varint(b, v));
-}
-void put_len(std::string& out, uint32_t field, const std::string& payload) {
-  put_field(out, field, kLen);
-  put_uint(out, payload.size());
-  out += payload;
-}
-
 }  // namespace
 
 TypeDesc decode_type(std::string_view bytes) { return decode(bytes, 0); }
-
-std::string encode_tensor_type(int32_t elem_type, const std::vector<Dim>* dims) {
-  std::string tensor;
-  put_field(tensor, 1, kVarint);
-  put_uint(tensor, static_cast<uint64_t>(static_cast<int64_t>(elem_type)));
-  if (dims) {
-    std::string shape;
-    for (const Dim& d : *dims) {
-      std::string dim;
-      if (d.has_value) {
-        put_field(dim, 1, kVarint);
-        put_uint(dim, static_cast<uint64_t>(d.value));
-      } else if (!d.param.empty()) {
-        put_len(dim, 2, d.param);
-      }
-      put_len(shape, 1, dim);
-    }
-    put_len(tensor, 2, shape);
-  }
-  std::string type;
-  put_len(type, 1, tensor);
-  return type;
-}
 
 }  // namespace pyonnxopt::proto

@@ -1,6 +1,6 @@
 // Decoding of TypeProto bytes (kept raw in the IR) into what passes and
 // reports need: element type and dims of tensor types, a readable text for
-// the others. Encoding a tensor type back is the inverse for shape rewrites.
+// the others.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,5 @@ struct TypeDesc {
 
 // Throws proto::ParseError on malformed bytes.
 TypeDesc decode_type(std::string_view bytes);
-std::string encode_tensor_type(int32_t elem_type, const std::vector<Dim>* dims);
 
 }  // namespace pyonnxopt::proto

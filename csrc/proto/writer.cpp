@@ -487,8 +487,6 @@ void commit_renames(const std::vector<std::pair<std::string, std::string>>& rena
 
 }  // namespace
 
-uint64_t inline_size(const Model& m) { return model_size(m, nullptr); }
-
 std::string serialize_tensor(const Tensor& t) {
   Counter c(nullptr);
   emit(c, t);

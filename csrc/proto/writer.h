@@ -41,7 +41,5 @@ SaveResult save_file(const ir::Model& model, const std::string& path, const Save
 std::string serialize(const ir::Model& model);
 // One TensorProto, inline.
 std::string serialize_tensor(const ir::Tensor& tensor);
-// Serialized size with every tensor inline.
-uint64_t inline_size(const ir::Model& model);
 
 }  // namespace pyonnxopt::proto
