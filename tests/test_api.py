@@ -284,3 +284,11 @@ def test_malformed_annotation_is_refused():
     data = bytes([0x08, 0x08, 0x3A, len(bad_graph)]) + bad_graph
     with pytest.raises(pyonnxopt.ModelError, match="runs past the end"):
         pyonnxopt.load(data)
+
+
+def test_set_raw_refuses_bytes_that_do_not_match_dims(cnn_path):
+    t = pyonnxopt.load(cnn_path).initializers()[0]
+    with pytest.raises(ValueError, match="do not hold 4 elements"):
+        t.set_raw(TensorProto.FLOAT, [4], b"\0" * 8)
+    with pytest.raises(ValueError, match="negative dimension"):
+        t.set_raw(TensorProto.FLOAT, [-1], b"")

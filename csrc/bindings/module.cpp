@@ -89,6 +89,12 @@ const char* numpy_dtype(int32_t t) {
 // A read-only numpy view over a Blob; the capsule keeps the buffer alive.
 py::array blob_array(const ir::Blob& blob, const char* dtype, const std::vector<int64_t>& dims) {
   py::dtype dt(dtype);
+  uint64_t numel = 1;
+  for (int64_t d : dims) numel *= static_cast<uint64_t>(d);
+  // Never let numpy read past the bytes: load checks this, set_raw too.
+  if (blob.length != numel * static_cast<uint64_t>(dt.itemsize()))
+    throw ir::ModelError("tensor has " + std::to_string(blob.length) + " bytes of data, its dims need " +
+                         std::to_string(numel * static_cast<uint64_t>(dt.itemsize())));
   std::vector<py::ssize_t> shape(dims.begin(), dims.end());
   auto* keep = new std::shared_ptr<const ir::Buffer>(blob.buffer);
   py::capsule base(keep, [](void* p) { delete static_cast<std::shared_ptr<const ir::Buffer>*>(p); });
@@ -474,7 +480,17 @@ PYBIND11_MODULE(_core, m) {
            })
       .def("set_raw",
            [](const TensorRef& t, int32_t data_type, std::vector<int64_t> dims, py::bytes data) {
-             t.ptr->set_raw(ir::Blob::owned(std::string(data)));
+             std::string bytes = data;
+             uint64_t numel = 1;
+             for (int64_t d : dims) {
+               if (d < 0) throw py::value_error("negative dimension");
+               numel *= static_cast<uint64_t>(d);
+             }
+             int64_t want = ir::storage_bytes(data_type, numel);
+             if (want < 0 || static_cast<uint64_t>(want) != bytes.size())
+               throw py::value_error("set_raw: " + std::to_string(bytes.size()) + " bytes do not hold " +
+                                     std::to_string(numel) + " elements of " + ir::dtype_name(data_type));
+             t.ptr->set_raw(ir::Blob::owned(std::move(bytes)));
              t.ptr->data_type.set(data_type);
              t.ptr->dims = std::move(dims);
            },
