@@ -1,9 +1,11 @@
 #include "proto/sink.h"
 
 #include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <linux/fs.h>  // FICLONE
+#include <sys/ioctl.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -44,10 +46,12 @@ bool FileSink::write_whole(const ir::Buffer* source) {
   int src = source_fd(source);
   if (src < 0) return false;
   flush();
+#ifdef FICLONE
   if (::ioctl(fd_, FICLONE, src) == 0) {
     if (::lseek(fd_, 0, SEEK_END) < 0) fail("cannot seek in", errno);
     return true;
   }
+#endif
   copy_range(src, 0, source->size());
   return true;
 }
@@ -80,8 +84,10 @@ void FileSink::raw_write(const uint8_t* p, size_t n) {
   }
 }
 
-// File-to-file copy: the kernel moves the bytes, our memory never holds them.
+// File-to-file copy: the kernel moves the bytes, our memory never holds them
+// (Linux; elsewhere, and where the kernel cannot, through a 1 MiB buffer).
 void FileSink::copy_range(int in, uint64_t offset, uint64_t length) {
+#ifdef __linux__
   loff_t off = static_cast<loff_t>(offset);
   uint64_t left = length;
   while (left) {
@@ -98,12 +104,15 @@ void FileSink::copy_range(int in, uint64_t offset, uint64_t length) {
     }
     fail("cannot copy into", errno);
   }
+#else
+  copy_by_reading(in, static_cast<int64_t>(offset), length);
+#endif
 }
 
 void FileSink::copy_by_reading(int in, int64_t off, uint64_t left) {
   std::string chunk(kBuffer, '\0');
   while (left) {
-    ssize_t k = ::pread(in, chunk.data(), std::min<uint64_t>(left, kBuffer), off);
+    ssize_t k = ::pread(in, chunk.data(), std::min<uint64_t>(left, kBuffer), static_cast<off_t>(off));
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) fail("source shrank while copying into", k < 0 ? errno : EIO);
     raw_write(reinterpret_cast<const uint8_t*>(chunk.data()), static_cast<size_t>(k));
