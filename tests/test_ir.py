@@ -174,3 +174,15 @@ def test_replace_node_keeps_output_names_and_readers():
     g.replace_node(g.nodes[2], "Neg", [g.value("t2")])
     assert [v.name for v in g.outputs] == ["y"] and m.check_invariants() == []
     onnx.checker.check_model(m.to_onnx(), full_check=True)
+
+
+def test_removing_a_node_drops_the_reads_of_its_subgraphs(if_model):
+    m = pyonnxopt.load(if_model)
+    g = m.graph
+    branch = g.nodes[1]
+    # Make the If dead: the graph output now comes straight from `square`.
+    g.replace_all_uses(g.value("y"), g.value("sq"))
+    g.remove_node(branch)
+    assert g.value("sq").uses == [] and g.value("w").uses == []
+    assert m.check_invariants() == []
+    assert [n.op_type for n in m.to_onnx().graph.node] == ["Mul"]

@@ -192,6 +192,7 @@ Node* Graph::add_node(Node* raw, Node* before) {
 }
 
 static void for_each_graph_below(Graph* g, const std::function<void(Graph*)>& fn);
+static bool defined_within(const Value* v, const Graph* root);
 
 static void drop_use(Value* v, Node* node, int index) {
   auto& u = v->uses;
@@ -214,6 +215,19 @@ void Graph::remove_node(Node* node) {
   }
   for (size_t i = 0; i < node->inputs.size(); ++i)
     if (node->inputs[i]) drop_use(node->inputs[i], node, static_cast<int>(i));
+  // Nodes inside its subgraphs read values of this scope (or further out):
+  // those reads go with it.
+  for (Graph* sub : node->subgraphs()) {
+    for_each_graph_below(sub, [&](Graph* g) {
+      for (Node* inner : g->nodes)
+        for (size_t i = 0; i < inner->inputs.size(); ++i) {
+          Value* v = inner->inputs[i];
+          if (v && !defined_within(v, sub)) drop_use(v, inner, static_cast<int>(i));
+        }
+      for (auto& out : g->outputs)
+        if (out.value && !defined_within(out.value, sub)) --out.value->graph_output_refs;
+    });
+  }
   for (Value* out : node->outputs) {
     if (!out) continue;
     out->producer = nullptr;
