@@ -186,3 +186,10 @@ def test_removing_a_node_drops_the_reads_of_its_subgraphs(if_model):
     assert g.value("sq").uses == [] and g.value("w").uses == []
     assert m.check_invariants() == []
     assert [n.op_type for n in m.to_onnx().graph.node] == ["Mul"]
+
+
+def test_rename_refuses_a_name_a_reading_subgraph_shadows(if_model):
+    m = pyonnxopt.load(if_model)
+    with pytest.raises(pyonnxopt.ModelError, match="subgraph 'then', which reads it, defines that name"):
+        m.graph.value("sq").name = "then_out"
+    assert m.graph.value("sq") is not None and m.check_invariants() == []

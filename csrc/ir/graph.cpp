@@ -143,6 +143,13 @@ Value* Graph::create_value(std::string n) {
 void Graph::rename_value(Value* v, std::string new_name) {
   if (v->name == new_name) return;
   if (by_name_.find(new_name)) throw ModelError("cannot rename '" + v->name + "': '" + new_name + "' exists");
+  // A reader in a subgraph that defines the new name itself would, once
+  // written out, read its own value instead.
+  for (const Use& u : v->uses)
+    for (const Graph* s = u.node->graph; s && s != this; s = s->parent)
+      if (s->find_local(new_name))
+        throw ModelError("cannot rename '" + v->name + "' to '" + new_name + "': subgraph '" + s->name.value +
+                         "', which reads it, defines that name");
   by_name_.erase(v->name);
   v->name = std::move(new_name);
   by_name_.insert(v);
