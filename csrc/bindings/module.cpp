@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "ir/model.h"
+#include "passes/pass.h"
 #include "proto/reader.h"
 #include "proto/type_info.h"
 #include "proto/wire.h"
@@ -267,6 +268,29 @@ PYBIND11_MODULE(_core, m) {
              return std::vector<std::string>(files.begin(), files.end());
            })
       .def("check_invariants", [](const ir::Model& x) { return ir::check_invariants(x); })
+      .def(
+          "run_pass",
+          [](ir::Model& x, const std::string& name) {
+            const passes::Pass* p = passes::find(name);
+            if (!p) throw py::key_error("no native pass '" + name + "'");
+            passes::PassStats st;
+            {
+              py::gil_scoped_release nogil;
+              st = p->run(x);
+            }
+            py::dict d;
+            d["nodes_removed"] = st.nodes_removed;
+            d["nodes_added"] = st.nodes_added;
+            d["initializers_removed"] = st.initializers_removed;
+            d["value_info_removed"] = st.value_info_removed;
+            d["functions_removed"] = st.functions_removed;
+            py::list removed;
+            for (const auto& r : st.removed) removed.append(text(r));
+            d["removed"] = removed;
+            d["modified"] = st.modified();
+            return d;
+          },
+          "Runs one native pass; returns what it changed.")
       .def("serialize",
            [](const ir::Model& x) {
              std::string s;
@@ -531,4 +555,9 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("data"), py::arg("base_dir") = "", py::arg("allow_external_outside") = false);
   m.attr("PROTOBUF_LIMIT") = proto::kProtobufLimit;
+  m.def("native_passes", [] {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& p : passes::registry()) out.emplace_back(p->name(), p->description());
+    return out;
+  });
 }

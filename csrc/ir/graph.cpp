@@ -238,15 +238,57 @@ void Graph::remove_node(Node* node) {
   for (Value* out : node->outputs) {
     if (!out) continue;
     out->producer = nullptr;
-    by_name_.erase(out->name);
-    // Swap with the last value and pop: O(1), the value list's order is not meaningful.
-    size_t slot = out->slot;
-    values_[slot] = values_.back();
-    values_[slot]->slot = slot;
-    values_.pop_back();
+    drop_value(out);
   }
   node->removed = true;
   nodes.erase(node);
+}
+
+void Graph::drop_value(Value* v) {
+  by_name_.erase(v->name);
+  size_t slot = v->slot;  // swap with the last value and pop: the list's order is not meaningful
+  values_[slot] = values_.back();
+  values_[slot]->slot = slot;
+  values_.pop_back();
+}
+
+size_t Graph::remove_unused_initializers(std::vector<std::string>& removed) {
+  size_t kept = 0, before = initializers.size();
+  for (size_t i = 0; i < before; ++i) {
+    Tensor* t = initializers[i].get();
+    Value* v = find_local(t->name.value);
+    bool unused = v && v->initializer == t && v->uses.empty() && !v->is_graph_output() && !v->is_graph_input;
+    if (unused) {
+      removed.push_back(t->name.value);
+      drop_value(v);
+      v->initializer = nullptr;
+      dropped_tensors_.push_back(std::move(initializers[i]));  // Python handles may still point at it
+    } else {
+      if (kept != i) initializers[kept] = std::move(initializers[i]);  // never self-move
+      ++kept;
+    }
+  }
+  initializers.resize(kept);
+  return before - kept;
+}
+
+size_t Graph::remove_stale_value_info() {
+  // Entries move, so values whose info lives in value_info are relinked.
+  const ValueInfo* first = value_info.data();
+  const ValueInfo* last = first + value_info.size();
+  for (Value* v : values_)
+    if (v->info >= first && v->info < last) v->info = nullptr;
+  size_t kept = 0, before = value_info.size();
+  for (size_t i = 0; i < before; ++i) {
+    Value* v = value_info[i].value;
+    if (!v || find_local(v->name) != v) continue;
+    if (kept != i) value_info[kept] = std::move(value_info[i]);  // never self-move: it would empty the entry
+    ++kept;
+  }
+  value_info.resize(kept);
+  for (auto& vi : value_info)
+    if (!vi.value->info) vi.value->info = &vi;
+  return before - kept;
 }
 
 Node* Graph::replace_node(Node* old_node, Node* replacement) {

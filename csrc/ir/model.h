@@ -305,6 +305,11 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   // Unlinks a node whose outputs are no longer read; it stays allocated (and
   // flagged `removed`) until the model is destroyed, so handles stay valid.
   void remove_node(Node* node);
+  // Drops initializers nothing reads that are not graph inputs or outputs;
+  // appends their names to `removed`.
+  size_t remove_unused_initializers(std::vector<std::string>& removed);
+  // Drops value_info entries naming no value of this graph; returns how many.
+  size_t remove_stale_value_info();
   // Puts `replacement` (from new_node(), with inputs and no outputs) where
   // `old_node` is; it takes over old_node's output values, so every reader
   // and graph output keeps its name. old_node is removed.
@@ -327,6 +332,9 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   std::deque<Value> value_pool_;
   std::vector<Value*> values_;
   NameIndex by_name_;
+  std::vector<std::unique_ptr<Tensor>> dropped_tensors_;
+
+  void drop_value(Value* v);  // out of the index and the live list; stays allocated
 };
 
 struct Function {  // FunctionProto
@@ -357,6 +365,8 @@ struct Model {  // ModelProto
   std::vector<std::unique_ptr<Function>> functions;
   RawFields extra;  // includes configuration
   mutable uint64_t cached_size = 0;
+
+  std::vector<std::unique_ptr<Function>> dropped_functions;  // removed, kept alive for handles
 
   std::string path;      // file it came from ("" for bytes)
   std::string base_dir;  // folder external data locations are relative to

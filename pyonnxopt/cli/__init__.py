@@ -19,9 +19,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _subcommands():
-    from pyonnxopt.cli import demo, info
+    from pyonnxopt.cli import demo, info, passes
 
-    return [info, demo]
+    return [info, passes, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

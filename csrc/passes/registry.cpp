@@ -1,0 +1,24 @@
+#include "passes/pass.h"
+
+#include "passes/eliminate_dead_code.h"
+
+namespace pyonnxopt::passes {
+
+const std::vector<std::unique_ptr<Pass>>& registry() {
+  static const std::vector<std::unique_ptr<Pass>> kPasses = [] {
+    std::vector<std::unique_ptr<Pass>> v;
+    v.push_back(std::make_unique<EliminateDeadCode>());
+    return v;
+  }();
+  return kPasses;
+}
+
+const Pass* find(std::string_view name) {
+  for (const auto& p : registry())
+    if (name == p->name()) return p.get();
+  return nullptr;
+}
+
+bool is_standard_domain(std::string_view d) { return d.empty() || d == "ai.onnx" || d == "ai.onnx.ml"; }
+
+}  // namespace pyonnxopt::passes

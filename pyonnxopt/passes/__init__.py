@@ -1,0 +1,11 @@
+"""Passes: named rewrites of a model, run to a fixed point by `run_passes`.
+
+    from pyonnxopt.passes import run_passes
+    model, report = run_passes("model.onnx", passes=["eliminate_dead_code"])
+"""
+
+from pyonnxopt.passes.base import NativePass, Pass, PassResult
+from pyonnxopt.passes.manager import PassRun, PipelineReport, run_passes
+from pyonnxopt.passes.registry import all_passes, get, register
+
+__all__ = ["NativePass", "Pass", "PassResult", "PassRun", "PipelineReport", "all_passes", "get", "register", "run_passes"]

@@ -1,0 +1,68 @@
+"""Runs passes in order, repeatedly, until none changes the model (or the
+iteration cap), keeping each run's time and what it changed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from pyonnxopt.errors import PassError
+from pyonnxopt.model import Model, load
+from pyonnxopt.passes import registry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassRun:
+    name: str
+    iteration: int
+    seconds: float
+    modified: bool
+    stats: dict
+
+
+@dataclass
+class PipelineReport:
+    runs: list = field(default_factory=list)
+    iterations: int = 0
+    converged: bool = False
+
+
+def run_passes(
+    model,
+    passes: Optional[Iterable[str]] = None,
+    skip: Iterable[str] = (),
+    max_iterations: int = 10,
+) -> tuple:
+    """Runs `passes` (default: every registered pass) minus `skip` on `model`
+    (a Model, path, bytes or onnx.ModelProto) to a fixed point. Returns the
+    Model and a PipelineReport. Unknown names raise KeyError before anything runs."""
+    model = load(model) if not isinstance(model, Model) else model
+    names = [p.name for p in registry.all_passes()] if passes is None else list(passes)
+    skipped = set(skip)
+    for name in [*names, *skipped]:
+        registry.get(name)  # fail on a typo before touching the model
+    chosen = [registry.get(n) for n in names if n not in skipped]
+    report = PipelineReport()
+    done: list = []
+    for iteration in range(1, max_iterations + 1):
+        report.iterations = iteration
+        changed = False
+        for p in chosen:
+            start = time.perf_counter()
+            try:
+                result = p.run(model)
+            except Exception as e:
+                raise PassError(f"pass {p.name} failed after {', '.join(done) or 'no other pass'}: {e}") from e
+            seconds = time.perf_counter() - start
+            report.runs.append(PassRun(p.name, iteration, seconds, result.modified, result.stats))
+            log.debug("%s (iteration %d): %s in %.3f s", p.name, iteration, result.stats, seconds)
+            done.append(p.name)
+            changed = changed or result.modified
+        if not changed:
+            report.converged = True
+            break
+    return model, report

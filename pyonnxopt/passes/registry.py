@@ -1,0 +1,27 @@
+"""Passes by name: the native ones from the core, plus any registered from Python."""
+
+from __future__ import annotations
+
+from pyonnxopt import _core
+from pyonnxopt.passes.base import NativePass, Pass
+
+_PASSES: dict = {name: NativePass(name, description) for name, description in _core.native_passes()}
+
+
+def register(p: Pass) -> Pass:
+    """Adds a pass under `p.name`; a name may be registered once."""
+    if not p.name or p.name in _PASSES:
+        raise ValueError(f"pass name {p.name!r} is empty or taken")
+    _PASSES[p.name] = p
+    return p
+
+
+def get(name: str) -> Pass:
+    try:
+        return _PASSES[name]
+    except KeyError:
+        raise KeyError(f"unknown pass {name!r}; known: {', '.join(sorted(_PASSES))}") from None
+
+
+def all_passes() -> list:
+    return list(_PASSES.values())

@@ -1,0 +1,58 @@
+"""run_passes: order, fixed point, skip, errors, Python-registered passes."""
+
+import pytest
+from onnx import parser
+
+import pyonnxopt
+from pyonnxopt.passes import Pass, PassResult, register, run_passes
+
+MODEL = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+    g (float[3] x) => (float[3] y) {
+        a = Relu(x)
+        b = Neg(a)
+        y = Abs(a)
+    }""")
+
+
+def test_runs_to_a_fixed_point():
+    m, report = run_passes(MODEL, passes=["eliminate_dead_code"])
+    assert report.converged and report.iterations == 2
+    assert [(r.name, r.iteration, r.modified) for r in report.runs] == [
+        ("eliminate_dead_code", 1, True), ("eliminate_dead_code", 2, False)]
+    assert [n.op_type for n in m.graph.nodes] == ["Relu", "Abs"]
+
+
+def test_skip_and_unknown_names():
+    m, report = run_passes(MODEL, passes=["eliminate_dead_code"], skip=["eliminate_dead_code"])
+    assert report.runs == [] and len(m.graph) == 3
+    with pytest.raises(KeyError, match="unknown pass 'no_such_pass'; known: .*eliminate_dead_code"):
+        run_passes(MODEL, passes=["no_such_pass"])
+
+
+class Broken(Pass):
+    name = "test_broken_pass"
+    description = "fails on purpose"
+
+    def run(self, model):
+        raise RuntimeError("boom")
+
+
+class CountNodes(Pass):
+    name = "test_count_nodes"
+    description = "changes nothing, counts nodes"
+
+    def run(self, model):
+        return PassResult(False, {"nodes": len(model.graph)})
+
+
+register(Broken())
+register(CountNodes())
+
+
+def test_python_passes_and_errors_name_the_pass_and_those_before():
+    m, report = run_passes(MODEL, passes=["eliminate_dead_code", "test_count_nodes"])
+    assert report.runs[1].stats == {"nodes": 2}
+    with pytest.raises(pyonnxopt.PassError, match="pass test_broken_pass failed after eliminate_dead_code: boom"):
+        run_passes(MODEL, passes=["eliminate_dead_code", "test_broken_pass"])
+    with pytest.raises(ValueError, match="taken"):
+        register(CountNodes())
