@@ -287,6 +287,9 @@ PYBIND11_MODULE(_core, m) {
             py::list removed;
             for (const auto& r : st.removed) removed.append(text(r));
             d["removed"] = removed;
+            py::list refused;
+            for (const auto& r : st.refused) refused.append(text(r));
+            d["refused"] = refused;
             d["modified"] = st.modified();
             return d;
           },

@@ -320,6 +320,7 @@ void Graph::replace_all_uses(Value* from, Value* to) {
         out.name.set(to->name);
         --from->graph_output_refs;
         ++to->graph_output_refs;
+        if (!to->info && !g->is_function_body) to->info = &out;  // its type is now described there
       }
     });
   }

@@ -19,6 +19,7 @@ struct PassStats {
   int64_t value_info_removed = 0;
   int64_t functions_removed = 0;
   std::vector<std::string> removed;  // names of what went, for the report's provenance
+  std::vector<std::string> refused;  // "node 'x' (Op): why", where a rewrite did not apply
 
   bool modified() const {
     return nodes_removed || nodes_added || initializers_removed || value_info_removed || functions_removed;

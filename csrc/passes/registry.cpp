@@ -1,12 +1,14 @@
 #include "passes/pass.h"
 
 #include "passes/eliminate_dead_code.h"
+#include "passes/eliminate_identity.h"
 
 namespace pyonnxopt::passes {
 
 const std::vector<std::unique_ptr<Pass>>& registry() {
   static const std::vector<std::unique_ptr<Pass>> kPasses = [] {
     std::vector<std::unique_ptr<Pass>> v;
+    v.push_back(std::make_unique<EliminateIdentity>());
     v.push_back(std::make_unique<EliminateDeadCode>());
     return v;
   }();

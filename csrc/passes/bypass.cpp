@@ -1,0 +1,48 @@
+#include "passes/bypass.h"
+
+namespace pyonnxopt::passes {
+
+using namespace ir;
+
+namespace {
+
+// A reader in a subgraph that defines `name` itself would, once written out
+// by name, read its own value instead of ours.
+bool shadowed_for_a_reader(const Graph& g, const Value* readers_of, const std::string& name) {
+  for (const Use& u : readers_of->uses)
+    for (const Graph* s = u.node->graph; s && s != &g; s = s->parent)
+      if (s->find_local(name)) return true;
+  return false;
+}
+
+int own_output_refs(const Graph& g, const Value* v) {
+  int n = 0;
+  for (const auto& o : g.outputs) n += o.value == v;
+  return n;
+}
+
+}  // namespace
+
+const char* bypass(Graph& g, Node* node, Value* in, Value* out) {
+  if (!in) return "no input";
+  if (!out) return "no output";
+  if (in->graph != &g && out->is_graph_output()) return "output is a graph output and the input is from an enclosing graph";
+  if (out->graph_output_refs != own_output_refs(g, out)) return "output is an output of a subgraph";
+  if (shadowed_for_a_reader(g, out, in->name)) return "a reading subgraph defines the input's name itself";
+  if (!out->is_graph_output()) {
+    g.replace_all_uses(out, in);
+    g.remove_node(node);
+    return nullptr;
+  }
+  // The graph output keeps its name: the input's producer writes it directly.
+  if (!in->producer || in->producer->graph != &g) return "output is a graph output and the input is a graph input, initializer or outer value";
+  if (in->is_graph_output()) return "output and input are both graph outputs";
+  if (in->uses.size() != 1) return "output is a graph output and the input has other readers";
+  const std::string name = out->name;
+  g.replace_all_uses(out, in);
+  g.remove_node(node);
+  g.rename_value(in, name);
+  return nullptr;
+}
+
+}  // namespace pyonnxopt::passes

@@ -1,0 +1,103 @@
+"""eliminate_identity: structure, numbers, refusals, idempotence, subgraphs."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, parser
+
+import pyonnxopt
+from pyonnxopt.passes import get
+
+HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
+
+
+def run(model):
+    proto = parser.parse_model(HEADER + model) if isinstance(model, str) else model
+    m = pyonnxopt.load(proto)
+    result = get("eliminate_identity").run(m)
+    assert m.check_invariants() == []
+    onnx.checker.check_model(m.to_onnx(), full_check=True)
+    return m, result
+
+
+def structure(m):
+    return [(n.op_type, [v.name if v else "" for v in n.inputs], [v.name if v else "" for v in n.outputs])
+            for n in m.graph.nodes]
+
+
+def test_readers_read_the_input():
+    m, r = run("""g (float[3] x) => (float[3] y) {
+        a = Relu(x)
+        b = Identity(a)
+        c = Identity(b)
+        y = Add(c, b)
+    }""")
+    assert structure(m) == [("Relu", ["x"], ["a"]), ("Add", ["a", "a"], ["y"])]
+    assert r.stats["nodes_removed"] == 2 and r.stats["refused"] == []
+
+
+def test_graph_output_keeps_its_name():
+    m, r = run("""g (float[3] x) => (float[3] y) {
+        a = Relu(x)
+        y = Identity(a)
+    }""")
+    assert structure(m) == [("Relu", ["x"], ["y"])]
+    assert [v.name for v in m.graph.outputs] == ["y"] and m.graph.outputs[0].type["shape"] == [3]
+
+
+def test_refusals_leave_the_graph_unchanged():
+    text = """g (float[3] x) => (float[3] y, float[3] z, float[3] a) {
+        y = Identity(x)
+        a = Relu(x)
+        z = Identity(a)
+    }"""
+    m, r = run(text)
+    assert not r.modified and structure(m) == [("Identity", ["x"], ["y"]), ("Relu", ["x"], ["a"]),
+                                               ("Identity", ["a"], ["z"])]
+    assert sorted(x.split(": ", 1)[1] for x in r.stats["refused"]) == [
+        "output and input are both graph outputs",
+        "output is a graph output and the input is a graph input, initializer or outer value",
+    ]
+
+
+def test_refuses_when_the_input_has_other_readers():
+    m, r = run("""g (float[3] x) => (float[3] y, float[3] w) {
+        a = Relu(x)
+        y = Identity(a)
+        w = Neg(a)
+    }""")
+    assert not r.modified and "the input has other readers" in r.stats["refused"][0]
+
+
+def test_inside_subgraphs_and_outer_reads(if_model):
+    # then-branch: out = Identity(sq) where sq is an outer value: refused
+    # (a subgraph output); else-branch reads an Identity of the main graph.
+    main = if_model.graph
+    main.node.insert(1, helper.make_node("Identity", ["sq"], ["sq_copy"], name="copy"))
+    for a in main.node[2].attribute:
+        if a.name == "else_branch":
+            a.g.node[0].input[0] = "sq_copy"
+    m, r = run(if_model)
+    assert r.stats["nodes_removed"] == 1
+    else_g = m.graph.nodes[1].attributes["else_branch"]
+    assert else_g.nodes[0].inputs[0] == m.graph.value("sq")
+
+
+def test_numbers_and_idempotence():
+    text = """g (float[2,3] x) => (float[2,3] y) {
+        a = Identity(x)
+        b = Sigmoid(a)
+        c = Identity(b)
+        y = Mul(c, a)
+    }"""
+    before = parser.parse_model(HEADER + text)
+    m, r = run(text)
+    assert r.stats["nodes_removed"] == 2
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    want = ort.InferenceSession(before.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = ort.InferenceSession(m.to_bytes(), opts, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    again = get("eliminate_identity").run(m)
+    assert not again.modified
