@@ -1,6 +1,7 @@
 #include "passes/pass.h"
 
 #include "passes/eliminate_dead_code.h"
+#include "passes/eliminate_dropout.h"
 #include "passes/eliminate_identity.h"
 
 namespace pyonnxopt::passes {
@@ -9,6 +10,7 @@ const std::vector<std::unique_ptr<Pass>>& registry() {
   static const std::vector<std::unique_ptr<Pass>> kPasses = [] {
     std::vector<std::unique_ptr<Pass>> v;
     v.push_back(std::make_unique<EliminateIdentity>());
+    v.push_back(std::make_unique<EliminateDropout>());
     v.push_back(std::make_unique<EliminateDeadCode>());
     return v;
   }();
