@@ -48,7 +48,8 @@ def test_info_counts_subgraphs_and_functions(if_model, tmp_path, capsys):
 
 def test_demo_runs(capsys):
     assert main(["demo"]) == 0
-    assert "round trip identical" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "round trip identical" in out and "16 -> 13 nodes" in out and "onnxruntime outputs match" in out
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -73,6 +74,12 @@ def test_malformed_file_is_one_line(tmp_path, capsys):
     assert main(["info", str(bad)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "varint" in err and len(err.strip().splitlines()) == 1
+
+
+def test_passes_lists_the_native_passes(capsys):
+    assert main(["passes", "--json"]) == 0
+    names = [p["name"] for p in json.loads(capsys.readouterr().out)]
+    assert {"eliminate_dead_code", "eliminate_identity", "eliminate_dropout"} <= set(names)
 
 
 def test_python_dash_m(cnn_path):

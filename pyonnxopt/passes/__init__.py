@@ -6,6 +6,6 @@
 
 from pyonnxopt.passes.base import NativePass, Pass, PassResult
 from pyonnxopt.passes.manager import PassRun, PipelineReport, run_passes
-from pyonnxopt.passes.registry import all_passes, get, register
+from pyonnxopt.passes.registry import all_passes, get, register, unregister
 
-__all__ = ["NativePass", "Pass", "PassResult", "PassRun", "PipelineReport", "all_passes", "get", "register", "run_passes"]
+__all__ = ["NativePass", "Pass", "PassResult", "PassRun", "PipelineReport", "all_passes", "get", "register", "run_passes", "unregister"]

@@ -16,6 +16,13 @@ def register(p: Pass) -> Pass:
     return p
 
 
+def unregister(name: str) -> None:
+    """Removes a pass registered from Python (native passes stay)."""
+    if isinstance(_PASSES.get(name), NativePass):
+        raise ValueError(f"{name!r} is a native pass")
+    _PASSES.pop(name, None)
+
+
 def get(name: str) -> Pass:
     try:
         return _PASSES[name]

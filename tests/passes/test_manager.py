@@ -4,7 +4,7 @@ import pytest
 from onnx import parser
 
 import pyonnxopt
-from pyonnxopt.passes import Pass, PassResult, register, run_passes
+from pyonnxopt.passes import Pass, PassResult, register, run_passes, unregister
 
 MODEL = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
     g (float[3] x) => (float[3] y) {
@@ -45,14 +45,21 @@ class CountNodes(Pass):
         return PassResult(False, {"nodes": len(model.graph)})
 
 
-register(Broken())
-register(CountNodes())
+@pytest.fixture
+def python_passes():
+    register(Broken())
+    register(CountNodes())
+    yield
+    unregister(Broken.name)
+    unregister(CountNodes.name)
 
 
-def test_python_passes_and_errors_name_the_pass_and_those_before():
+def test_python_passes_and_errors_name_the_pass_and_those_before(python_passes):
     m, report = run_passes(MODEL, passes=["eliminate_dead_code", "test_count_nodes"])
     assert report.runs[1].stats == {"nodes": 2}
     with pytest.raises(pyonnxopt.PassError, match="pass test_broken_pass failed after eliminate_dead_code: boom"):
         run_passes(MODEL, passes=["eliminate_dead_code", "test_broken_pass"])
     with pytest.raises(ValueError, match="taken"):
         register(CountNodes())
+    with pytest.raises(ValueError, match="native"):
+        unregister("eliminate_dead_code")
