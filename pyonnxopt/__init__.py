@@ -4,10 +4,20 @@
     model = pyonnxopt.load("model.onnx")      # path, bytes or onnx.ModelProto
     for node in model.graph.nodes: ...
     model.save("out.onnx", external_data=True)
+    model, report = pyonnxopt.optimize("model.onnx", "out.onnx")
 """
 
 from pyonnxopt.errors import Error, MissingDependency, ModelError, PassError, VerificationError
 from pyonnxopt.model import Function, Graph, Model, Node, SaveResult, Tensor, Value, load
+
+
+def optimize(source, output=None, **options):
+    """Runs the passes on a model (path, bytes, onnx.ModelProto or Model),
+    checks the result in onnxruntime and, given `output`, saves it; returns
+    (Model, report). See pyonnxopt.optimize.optimize for the options."""
+    from pyonnxopt.optimize import optimize as run
+
+    return run(source, output, **options)
 
 __version__ = "0.1.0"
 
@@ -26,4 +36,5 @@ __all__ = [
     "VerificationError",
     "__version__",
     "load",
+    "optimize",
 ]

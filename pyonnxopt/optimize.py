@@ -1,0 +1,79 @@
+"""`optimize`: load, run the passes to a fixed point, check the result against
+the original in onnxruntime, and (when asked) save it."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Iterable, Optional
+
+from pyonnxopt import check
+from pyonnxopt.errors import ModelError, VerificationError
+from pyonnxopt.model import Model, load
+from pyonnxopt.passes import run_passes
+
+REPORT_VERSION = 1
+
+
+def _op_counts(model: Model) -> dict:
+    return dict(Counter(n.op_type for n in model.nodes(recursive=True)))
+
+
+def optimize(
+    source,
+    output: Optional[str] = None,
+    *,
+    passes: Optional[Iterable[str]] = None,
+    skip: Iterable[str] = (),
+    check_outputs: bool = True,
+    force: bool = False,
+    seed: int = 0,
+    max_iterations: int = 10,
+) -> tuple:
+    """Optimizes a model (path, bytes, onnx.ModelProto or Model) and returns
+    (Model, report dict). With `output`, saves it there (atomically) unless
+    the check finds a differing output, which raises VerificationError naming
+    it (or is only reported, with `force`)."""
+    original = source if isinstance(source, Model) else load(source)
+    original_ref = original.path or original.to_bytes()
+    before = _op_counts(original)
+    # The passes work on their own copy: the caller's model stays as it was.
+    model = load(original.path) if original.path else load(original.to_bytes())
+    model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations)
+    report = {
+        "version": REPORT_VERSION,
+        "input": original.path or None,
+        "output": output,
+        "nodes_before": sum(before.values()),
+        "nodes_after": len(list(model.nodes(recursive=True))),
+        "op_counts_before": before,
+        "op_counts_after": _op_counts(model),
+        "iterations": pipeline.iterations,
+        "converged": pipeline.converged,
+        "passes": [dict(name=r.name, iteration=r.iteration, seconds=r.seconds, modified=r.modified, **r.stats)
+                   for r in pipeline.runs],
+        "check": None,
+    }
+    if not check_outputs:
+        if output is not None:
+            model.save(os.fspath(output))
+        return model, report
+    try:
+        optimized_ref = model.to_bytes()
+        written = False
+    except ModelError:  # past 2 GB inline: check the written files instead
+        if output is None:
+            raise
+        model.save(os.fspath(output))
+        optimized_ref, written = os.fspath(output), True
+    result = check.compare(original_ref, optimized_ref, seed=seed)
+    report["check"] = {"outputs": result.outputs, "max_abs_diff": result.max_abs_diff,
+                       "first_mismatch": result.first_mismatch, "seed": seed}
+    if result.first_mismatch and not force:
+        if written:
+            os.unlink(os.fspath(output))
+        raise VerificationError(f"the optimized model differs from the original at output {result.first_mismatch}; "
+                                "nothing was written (use --force to write it anyway)")
+    if output is not None and not written:
+        model.save(os.fspath(output))
+    return model, report

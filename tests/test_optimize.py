@@ -1,0 +1,79 @@
+"""optimize(): passes + check + atomic save, from Python and the CLI."""
+
+import json
+
+import onnx
+import pytest
+
+import pyonnxopt
+from pyonnxopt.cli import main
+from pyonnxopt.optimize import optimize
+from pyonnxopt.passes import Pass, PassResult, register, unregister
+
+
+def test_optimize_saves_a_checked_smaller_model(cnn_path, tmp_path):
+    out = tmp_path / "out.onnx"
+    model, report = optimize(cnn_path, out)
+    assert report["nodes_before"] == 16 and report["nodes_after"] == 13
+    assert report["op_counts_after"].get("Identity", 0) == 0 and report["op_counts_after"].get("Dropout", 0) == 0
+    assert report["check"]["first_mismatch"] is None and report["check"]["outputs"] == 1
+    assert report["converged"] and report["version"] == 1
+    assert len(onnx.load(out).graph.node) == 13
+    onnx.checker.check_model(str(out), full_check=True)
+    assert len(onnx.load(cnn_path).graph.node) == 16  # input untouched
+
+
+def test_optimize_takes_and_returns_protos(cnn_path):
+    model, report = optimize(onnx.load(cnn_path))
+    assert isinstance(model.to_onnx(), onnx.ModelProto) and report["output"] is None
+
+
+class BreakRelu(Pass):
+    """Turns the first Relu into a Neg: a wrong rewrite the check must catch."""
+    name = "test_break_relu"
+    description = "wrong on purpose"
+
+    def run(self, model):
+        relu = next((n for n in model.graph.nodes if n.op_type == "Relu"), None)
+        if relu is None:
+            return PassResult(False)
+        model.graph.replace_node(relu, "Neg", relu.inputs)
+        return PassResult(True, {"nodes_removed": 1, "nodes_added": 1})
+
+
+@pytest.fixture
+def broken_pass():
+    register(BreakRelu())
+    yield BreakRelu.name
+    unregister(BreakRelu.name)
+
+
+def test_a_wrong_result_is_not_written(cnn_path, tmp_path, broken_pass):
+    out = tmp_path / "out.onnx"
+    with pytest.raises(pyonnxopt.VerificationError, match="differs from the original at output probs"):
+        optimize(cnn_path, out, passes=[broken_pass])
+    assert not out.exists()
+    _, report = optimize(cnn_path, out, passes=[broken_pass], force=True)
+    assert out.exists() and report["check"]["first_mismatch"].startswith("probs")
+
+
+def test_cli_in_place_with_report(cnn_path, tmp_path, capsys):
+    report_path = tmp_path / "report.json"
+    assert main(["optimize", str(cnn_path), str(cnn_path), "--report", str(report_path)]) == 0
+    assert "outputs match" in capsys.readouterr().out
+    assert json.loads(report_path.read_text())["nodes_after"] == 13
+    assert len(onnx.load(cnn_path).graph.node) == 13
+
+
+def test_cli_choices_and_errors(cnn_path, tmp_path, capsys, broken_pass):
+    out = str(tmp_path / "o.onnx")
+    assert main(["optimize", str(cnn_path), out, "--passes", "eliminate_identity", "--no-check", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in report["passes"]] == ["eliminate_identity"] * 2 and report["check"] is None
+    assert report["nodes_after"] == 14
+    for argv, needle in ([["optimize", "missing.onnx", out], "missing.onnx"],
+                         [["optimize", str(cnn_path), out, "--skip", "nope"], "unknown pass 'nope'"],
+                         [["optimize", str(cnn_path), out, "--passes", broken_pass], "differs from the original"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1
