@@ -1,5 +1,6 @@
 #include "passes/pass.h"
 
+#include "passes/eliminate_common_subexpressions.h"
 #include "passes/eliminate_dead_code.h"
 #include "passes/eliminate_dropout.h"
 #include "passes/eliminate_identity.h"
@@ -11,6 +12,7 @@ const std::vector<std::unique_ptr<Pass>>& registry() {
     std::vector<std::unique_ptr<Pass>> v;
     v.push_back(std::make_unique<EliminateIdentity>());
     v.push_back(std::make_unique<EliminateDropout>());
+    v.push_back(std::make_unique<EliminateCommonSubexpressions>());
     v.push_back(std::make_unique<EliminateDeadCode>());
     return v;
   }();

@@ -487,16 +487,20 @@ void commit_renames(const std::vector<std::pair<std::string, std::string>>& rena
 
 }  // namespace
 
-std::string serialize_tensor(const Tensor& t) {
+template <class M>
+std::string serialize_one(const M& message) {
   Counter c(nullptr);
-  emit(c, t);
+  emit(c, message);
   std::string out;
   out.reserve(c.n);
   StringSink sink(out);
   Writer w(sink, nullptr);
-  emit(w, t);
+  emit(w, message);
   return out;
 }
+
+std::string serialize_tensor(const Tensor& t) { return serialize_one(t); }
+std::string serialize_attribute(const Attribute& a) { return serialize_one(a); }
 
 std::string serialize(const Model& m) {
   uint64_t n = model_size(m, nullptr);

@@ -41,5 +41,8 @@ SaveResult save_file(const ir::Model& model, const std::string& path, const Save
 std::string serialize(const ir::Model& model);
 // One TensorProto, inline.
 std::string serialize_tensor(const ir::Tensor& tensor);
+// One AttributeProto, inline (tensor data included): a canonical key for
+// comparing attributes.
+std::string serialize_attribute(const ir::Attribute& attribute);
 
 }  // namespace pyonnxopt::proto
