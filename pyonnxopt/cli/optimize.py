@@ -61,12 +61,13 @@ def render(report: dict) -> None:
     ops.add_row("[bold]nodes[/bold]", str(report["nodes_before"]), f"[bold]{report['nodes_after']}[/bold]")
     out.print(ops)
     passes = Table(title=f"passes ({report['iterations']} iterations)")
-    for col in ("pass", "iteration", "ms", "nodes removed", "refused"):
+    for col in ("pass", "iteration", "ms", "nodes removed", "initializers removed", "refused"):
         passes.add_column(col)
     for r in report["passes"]:
         if r["modified"] or r.get("refused"):
             passes.add_row(r["name"], str(r["iteration"]), f"{1e3 * r['seconds']:.2f}",
-                           str(r.get("nodes_removed", 0)), "; ".join(r.get("refused", []))[:120])
+                           str(r.get("nodes_removed", 0)), str(r.get("initializers_removed", 0)),
+                           "; ".join(r.get("refused", []))[:120])
     out.print(passes)
     check = report["check"]
     if check is None:
