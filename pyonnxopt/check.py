@@ -8,7 +8,11 @@ from typing import Optional
 
 import numpy as np
 
-from pyonnxopt.errors import MissingDependency, VerificationError
+from pyonnxopt.errors import Error, MissingDependency
+
+
+class CheckUnavailable(Error):
+    """The original model cannot be run here, so there is nothing to compare with."""
 
 _ORT_TYPES = {
     "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
@@ -44,8 +48,7 @@ def random_inputs(sess, seed: int = 0) -> dict:
     for i in sess.get_inputs():
         dtype = _ORT_TYPES.get(i.type)
         if dtype is None:
-            raise VerificationError(f"input '{i.name}' has type {i.type}, which the check cannot generate; "
-                                    "use --no-check")
+            raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate")
         shape = [d if isinstance(d, int) and d >= 0 else 1 for d in (i.shape or [])]
         if np.issubdtype(dtype, np.floating):
             feeds[i.name] = rng.standard_normal(shape).astype(dtype)
@@ -66,11 +69,21 @@ class CheckResult:
 def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5) -> CheckResult:
     """Runs both (paths or serialized bytes) on the same seeded inputs and
     compares every graph output by name."""
-    a, b = session(original), session(optimized)
-    feeds = random_inputs(a, seed)
-    names = [o.name for o in a.get_outputs()]
-    want = a.run(names, feeds)
-    got = b.run(names, {k: v for k, v in feeds.items() if k in {i.name for i in b.get_inputs()}})
+    try:
+        a = session(original)
+        feeds = random_inputs(a, seed)
+        names = [o.name for o in a.get_outputs()]
+        want = a.run(names, feeds)
+    except CheckUnavailable:
+        raise
+    except Exception as e:  # custom ops, unsupported opsets, ...: onnxruntime's own words
+        raise CheckUnavailable(f"onnxruntime cannot run the original: {str(e).splitlines()[0][:200]}") from e
+    try:
+        b = session(optimized)
+        got = b.run(names, {k: v for k, v in feeds.items() if k in {i.name for i in b.get_inputs()}})
+    except Exception as e:
+        return CheckResult(len(names), float("inf"), f"(none: onnxruntime cannot run the optimized model: "
+                                                     f"{str(e).splitlines()[0][:200]})")
     worst = 0.0
     for name, x, y in zip(names, want, got):
         x, y = np.asarray(x), np.asarray(y)

@@ -77,3 +77,19 @@ def test_cli_choices_and_errors(cnn_path, tmp_path, capsys, broken_pass):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_model_onnxruntime_cannot_run_still_optimizes(tmp_path, capsys):
+    from onnx import parser
+
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17, "custom.ops" : 1]>' + """
+        g (float[3] x) => (float[3] y) {
+            a = Identity(x)
+            b = custom.ops.Special(a)
+            y = Relu(b)
+        }""")
+    path = tmp_path / "custom.onnx"
+    onnx.save(model, path)
+    assert main(["optimize", str(path), str(tmp_path / "out.onnx")]) == 0
+    assert "not checked: onnxruntime cannot run the original" in capsys.readouterr().out
+    assert [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node] == ["Special", "Relu"]

@@ -72,6 +72,8 @@ def render(report: dict) -> None:
     check = report["check"]
     if check is None:
         out.print("not checked (--no-check)")
+    elif "skipped" in check:
+        out.print(f"[yellow]not checked: {check['skipped']}[/yellow]")
     elif check["first_mismatch"]:
         out.print(f"[red]written despite a difference (--force): {check['first_mismatch']}[/red]")
     else:
