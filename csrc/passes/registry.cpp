@@ -4,6 +4,7 @@
 #include "passes/eliminate_dead_code.h"
 #include "passes/eliminate_dropout.h"
 #include "passes/eliminate_identity.h"
+#include "passes/eliminate_nop.h"
 
 namespace pyonnxopt::passes {
 
@@ -12,6 +13,7 @@ const std::vector<std::unique_ptr<Pass>>& registry() {
     std::vector<std::unique_ptr<Pass>> v;
     v.push_back(std::make_unique<EliminateIdentity>());
     v.push_back(std::make_unique<EliminateDropout>());
+    v.push_back(std::make_unique<EliminateNop>());
     v.push_back(std::make_unique<EliminateCommonSubexpressions>());
     v.push_back(std::make_unique<EliminateDeadCode>());
     return v;
