@@ -56,6 +56,7 @@ class Node:
     op_type: str
     domain: str
     removed: bool
+    pinned: bool  # settable: no pass changes or removes the node
     graph: Graph
     inputs: list[Optional[Value]]
     outputs: list[Optional[Value]]

@@ -3,13 +3,14 @@ the original in onnxruntime, and (when asked) save it."""
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 from collections import Counter
 from typing import Iterable, Optional
 
 from pyonnxopt import check
-from pyonnxopt.errors import ModelError, VerificationError
+from pyonnxopt.errors import Error, ModelError, VerificationError
 from pyonnxopt.model import Model, load
 from pyonnxopt.passes import run_passes
 
@@ -19,6 +20,16 @@ log = logging.getLogger(__name__)
 
 def _op_counts(model: Model) -> dict:
     return dict(Counter(n.op_type for n in model.nodes(recursive=True)))
+
+
+def _pin(model: Model, patterns: Iterable[str]) -> None:
+    nodes = list(model.nodes(recursive=True))
+    for pattern in patterns:
+        matched = [n for n in nodes if fnmatch.fnmatchcase(n.name, pattern)]
+        if not matched:
+            raise Error(f"--exclude-node {pattern!r} matches no node name")
+        for n in matched:
+            n.pinned = True
 
 
 def optimize(
@@ -31,16 +42,19 @@ def optimize(
     force: bool = False,
     seed: int = 0,
     max_iterations: int = 10,
+    exclude_nodes: Iterable[str] = (),
 ) -> tuple:
     """Optimizes a model (path, bytes, onnx.ModelProto or Model) and returns
     (Model, report dict). With `output`, saves it there (atomically) unless
     the check finds a differing output, which raises VerificationError naming
-    it (or is only reported, with `force`)."""
+    it (or is only reported, with `force`). `exclude_nodes` are node names or
+    globs no pass may touch; one that matches no node is an error."""
     original = source if isinstance(source, Model) else load(source)
     original_ref = original.path or original.to_bytes()
     before = _op_counts(original)
     # The passes work on their own copy: the caller's model stays as it was.
     model = load(original.path) if original.path else load(original.to_bytes())
+    _pin(model, exclude_nodes)
     model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations)
     report = {
         "version": REPORT_VERSION,

@@ -93,3 +93,39 @@ def test_a_model_onnxruntime_cannot_run_still_optimizes(tmp_path, capsys):
     assert main(["optimize", str(path), str(tmp_path / "out.onnx")]) == 0
     assert "not checked: onnxruntime cannot run the original" in capsys.readouterr().out
     assert [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node] == ["Special", "Relu"]
+
+
+def test_same_input_and_options_give_byte_identical_output(cnn_path, tmp_path):
+    optimize(cnn_path, tmp_path / "a.onnx")
+    optimize(cnn_path, tmp_path / "b.onnx")
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+def test_excluded_nodes_are_left_alone(cnn_path, tmp_path, capsys):
+    out = tmp_path / "o.onnx"
+    model, report = optimize(cnn_path, out, exclude_nodes=["identity*"])
+    assert [n.name for n in model.graph.nodes if n.op_type == "Identity"] == ["identity1", "identity2"]
+    assert report["nodes_after"] == 15
+    refused = [x for r in report["passes"] for x in r["refused"]]
+    assert "'identity1' (Identity): excluded from optimization" in refused
+    assert main(["optimize", str(cnn_path), str(out), "--exclude-node", "nothing_like_this"]) == 2
+    assert "--exclude-node 'nothing_like_this' matches no node name" in capsys.readouterr().err
+
+
+def test_pinned_nodes_survive_every_pass():
+    from onnx import parser
+
+    from pyonnxopt.passes import run_passes
+
+    m = pyonnxopt.load(parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+        g (float[3] x) => (float[3] y) {
+            dead = Neg(x)
+            a = Relu(x)
+            b = Relu(x)
+            t = Transpose <perm = [0]> (a)
+            y = Add(t, b)
+        }"""))
+    for n in m.graph.nodes:
+        n.pinned = True
+    _, report = run_passes(m)
+    assert len(m.graph) == 5 and not any(r.modified for r in report.runs)

@@ -424,6 +424,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("op_type", [](const NodeRef& n) { return text(n.ptr->op_type.value); })
       .def_property_readonly("domain", [](const NodeRef& n) { return text(n.ptr->domain.value); })
       .def_property_readonly("removed", [](const NodeRef& n) { return n.ptr->removed; })
+      .def_property("pinned", [](const NodeRef& n) { return n.ptr->pinned; },
+                    [](const NodeRef& n, bool pinned) { n.ptr->pinned = pinned; },
+                    "When set, no pass changes or removes this node.")
       .def_property_readonly("graph", [](const NodeRef& n) { return GraphRef{n.model, n.ptr->graph}; })
       .def_property_readonly("inputs",
                              [](const NodeRef& n) {

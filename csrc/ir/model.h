@@ -224,6 +224,7 @@ struct Node {  // NodeProto
   Node* prev = nullptr;  // neighbours in graph->nodes
   Node* next = nullptr;
   bool removed = false;
+  bool pinned = false;  // no pass may change or remove it (--exclude-node)
   mutable size_t order_index = 0;  // scratch for ordering checks
   size_t pending_index = 0;        // scratch for the loader
 

@@ -24,6 +24,7 @@ int own_output_refs(const Graph& g, const Value* v) {
 }  // namespace
 
 const char* bypass(Graph& g, Node* node, Value* in, Value* out) {
+  if (node->pinned) return "excluded from optimization";
   if (!in) return "no input";
   if (!out) return "no output";
   if (in->graph != &g && out->is_graph_output()) return "output is a graph output and the input is from an enclosing graph";

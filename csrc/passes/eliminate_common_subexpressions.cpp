@@ -58,6 +58,10 @@ void merge_nodes(Graph& g, PassStats& stats) {
     auto [it, fresh] = seen.emplace(key_of(*n), n);
     if (fresh) continue;
     const std::string label = n->display_name();
+    if (n->pinned) {
+      stats.refused.push_back(label + ": excluded from optimization");
+      continue;
+    }
     if (const char* why = merge_node(g, n, it->second)) {
       stats.refused.push_back(label + ": " + why);
       continue;

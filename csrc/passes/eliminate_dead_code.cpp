@@ -14,6 +14,7 @@ FunctionKey key_of(const Node& n) { return {n.domain.value, n.op_type.value, n.o
 FunctionKey key_of(const Function& f) { return {f.domain.value, f.name.value, f.overload.value}; }
 
 bool is_dead(const Node* n, const std::set<FunctionKey>& local_functions) {
+  if (n->pinned) return false;
   if (!is_standard_domain(n->domain.value) && !local_functions.count(key_of(*n))) return false;
   for (const Value* out : n->outputs)
     if (out && (!out->uses.empty() || out->is_graph_output())) return false;
