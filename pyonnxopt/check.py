@@ -68,18 +68,32 @@ class CheckResult:
 
 def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5) -> CheckResult:
     """Runs both (paths or serialized bytes) on the same seeded inputs and
-    compares every graph output by name."""
+    compares every output of the optimized model with the original's output
+    of the same name."""
     try:
         a = session(original)
         feeds = random_inputs(a, seed)
-        names = [o.name for o in a.get_outputs()]
-        want = a.run(names, feeds)
     except CheckUnavailable:
         raise
     except Exception as e:  # custom ops, unsupported opsets, ...: onnxruntime's own words
         raise CheckUnavailable(f"onnxruntime cannot run the original: {str(e).splitlines()[0][:200]}") from e
     try:
         b = session(optimized)
+    except Exception as e:
+        return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model: "
+                                            f"{str(e).splitlines()[0][:200]})")
+    # The optimized model's outputs (pruned ones are gone on purpose), each
+    # compared with the original's output of the same name.
+    original_names = {o.name for o in a.get_outputs()}
+    names = [o.name for o in b.get_outputs()]
+    for name in names:
+        if name not in original_names:
+            return CheckResult(len(names), float("inf"), f"{name}: not an output of the original")
+    try:
+        want = a.run(names, feeds)
+    except Exception as e:
+        raise CheckUnavailable(f"onnxruntime cannot run the original: {str(e).splitlines()[0][:200]}") from e
+    try:
         got = b.run(names, {k: v for k, v in feeds.items() if k in {i.name for i in b.get_inputs()}})
     except Exception as e:
         return CheckResult(len(names), float("inf"), f"(none: onnxruntime cannot run the optimized model: "

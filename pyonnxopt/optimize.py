@@ -32,6 +32,21 @@ def _pin(model: Model, patterns: Iterable[str]) -> None:
             n.pinned = True
 
 
+def _prune(model: Model, patterns: Iterable[str]) -> None:
+    names = [v.name for v in model.graph.outputs]
+    drop = set()
+    for pattern in patterns:
+        matched = {n for n in names if fnmatch.fnmatchcase(n, pattern)}
+        if not matched:
+            raise Error(f"--prune-outputs {pattern!r} matches no graph output (outputs: {', '.join(names)})")
+        drop |= matched
+    if drop and drop >= set(names):
+        raise Error("--prune-outputs would drop every graph output")
+    for i in reversed(range(len(names))):
+        if names[i] in drop:
+            model.graph.remove_output(i)
+
+
 def optimize(
     source,
     output: Optional[str] = None,
@@ -43,18 +58,22 @@ def optimize(
     seed: int = 0,
     max_iterations: int = 10,
     exclude_nodes: Iterable[str] = (),
+    prune_outputs: Iterable[str] = (),
 ) -> tuple:
     """Optimizes a model (path, bytes, onnx.ModelProto or Model) and returns
     (Model, report dict). With `output`, saves it there (atomically) unless
     the check finds a differing output, which raises VerificationError naming
     it (or is only reported, with `force`). `exclude_nodes` are node names or
-    globs no pass may touch; one that matches no node is an error."""
+    globs no pass may touch; one that matches no node is an error.
+    `prune_outputs` are graph-output names or globs (e.g. "aux_*") to drop,
+    with the branches only they needed; the check compares the outputs kept."""
     original = source if isinstance(source, Model) else load(source)
     original_ref = original.path or original.to_bytes()
     before = _op_counts(original)
     # The passes work on their own copy: the caller's model stays as it was.
     model = load(original.path) if original.path else load(original.to_bytes())
     _pin(model, exclude_nodes)
+    _prune(model, prune_outputs)
     model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations)
     report = {
         "version": REPORT_VERSION,

@@ -129,3 +129,27 @@ def test_pinned_nodes_survive_every_pass():
         n.pinned = True
     _, report = run_passes(m)
     assert len(m.graph) == 5 and not any(r.modified for r in report.runs)
+
+
+def test_prune_outputs_drops_debug_branches(tmp_path, capsys):
+    from onnx import parser
+
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+        g (float[3] x) => (float[3] y, float[3] aux_debug, float[3] aux_stats) {
+            a = Relu(x)
+            y = Neg(a)
+            aux_debug = Sigmoid(a)
+            s = Exp(a)
+            aux_stats = Log(s)
+        }""")
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    m, report = optimize(path, tmp_path / "o.onnx", prune_outputs=["aux_*"])
+    assert [v.name for v in m.graph.outputs] == ["y"] and [n.op_type for n in m.graph.nodes] == ["Relu", "Neg"]
+    assert m.graph.outputs[0].type["shape"] == [3] and m.check_invariants() == []
+    assert report["check"]["outputs"] == 1 and report["check"]["first_mismatch"] is None
+    onnx.checker.check_model(str(tmp_path / "o.onnx"), full_check=True)
+    for bad, needle in ((["--prune-outputs", "nope"], "matches no graph output"),
+                        (["--prune-outputs", "*"], "would drop every graph output")):
+        assert main(["optimize", str(path), str(tmp_path / "o2.onnx"), *bad]) == 2
+        assert needle in capsys.readouterr().err

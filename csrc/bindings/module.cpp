@@ -379,6 +379,8 @@ PYBIND11_MODULE(_core, m) {
       .def("topological_order", [](const GraphRef& g) { return refs(g.model, g.ptr->topological_order()); })
       .def("outer_references", [](const GraphRef& g) { return refs(g.model, g.ptr->outer_references()); })
       .def("remove_node", [](const GraphRef& g, const NodeRef& n) { g.ptr->remove_node(n.ptr); })
+      .def("remove_output", [](const GraphRef& g, size_t index) { g.ptr->remove_output(index); },
+           "Drops graph output `index`; what only it read becomes dead code.")
       .def("replace_all_uses", [](const GraphRef& g, const ValueRef& a, const ValueRef& b) { g.ptr->replace_all_uses(a.ptr, b.ptr); })
       .def("set_input",
            [](const GraphRef& g, const NodeRef& n, int index, std::optional<ValueRef> v) {

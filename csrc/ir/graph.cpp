@@ -244,6 +244,30 @@ void Graph::remove_node(Node* node) {
   nodes.erase(node);
 }
 
+void Graph::remove_output(size_t index) {
+  if (index >= outputs.size()) throw std::out_of_range("output index");
+  Value* gone = outputs[index].value;
+  if (gone) --gone->graph_output_refs;
+  // Entries after `index` move down one: values whose info lives there follow.
+  ValueInfo* first = outputs.data();
+  std::vector<std::pair<Value*, size_t>> relink;
+  for (Value* v : values_) {
+    if (v->info >= first && v->info < first + outputs.size()) {
+      relink.emplace_back(v, static_cast<size_t>(v->info - first));
+      v->info = nullptr;
+    }
+  }
+  outputs.erase(outputs.begin() + static_cast<std::ptrdiff_t>(index));
+  for (auto& [v, i] : relink)
+    if (i != index) v->info = &outputs[i > index ? i - 1 : i];
+  if (gone && !gone->info) {
+    for (auto& o : outputs)
+      if (o.value == gone) gone->info = &o;
+    for (auto& vi : value_info)
+      if (!gone->info && vi.value == gone) gone->info = &vi;
+  }
+}
+
 void Graph::drop_value(Value* v) {
   by_name_.erase(v->name);
   size_t slot = v->slot;  // swap with the last value and pop: the list's order is not meaningful

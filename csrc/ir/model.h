@@ -306,6 +306,8 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   // Unlinks a node whose outputs are no longer read; it stays allocated (and
   // flagged `removed`) until the model is destroyed, so handles stay valid.
   void remove_node(Node* node);
+  // Drops graph output `index` (what only it read becomes dead code).
+  void remove_output(size_t index);
   // Drops initializers nothing reads that are not graph inputs or outputs;
   // appends their names to `removed`.
   size_t remove_unused_initializers(std::vector<std::string>& removed);

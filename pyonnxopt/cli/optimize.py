@@ -16,6 +16,8 @@ def add_parser(sub):
     p.add_argument("--skip", action="append", default=[], metavar="PASS", help="a pass not to run (repeatable)")
     p.add_argument("--exclude-node", action="append", default=[], metavar="NAME",
                    help="a node name (or glob) no pass may change or remove (repeatable)")
+    p.add_argument("--prune-outputs", action="append", default=[], metavar="NAME",
+                   help="a graph output (name or glob, e.g. 'aux_*') to drop with what only it needs (repeatable)")
     p.add_argument("--no-check", action="store_true", help="do not compare the result with the original in onnxruntime")
     p.add_argument("--force", action="store_true", help="write the result even when the check finds a difference")
     p.add_argument("--seed", type=int, default=0, help="seed of the check's random inputs (default 0)")
@@ -38,7 +40,7 @@ def run(args) -> int:
     if not os.path.exists(args.input):
         raise Error(f"{args.input}: no such file")
     _, report = optimize(args.input, args.output, passes=names, skip=args.skip, check_outputs=not args.no_check,
-                         force=args.force, seed=args.seed, exclude_nodes=args.exclude_node)
+                         force=args.force, seed=args.seed, exclude_nodes=args.exclude_node, prune_outputs=args.prune_outputs)
     if args.report:
         with open(args.report, "w") as f:
             json.dump(report, f, indent=2)
