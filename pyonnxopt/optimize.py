@@ -67,11 +67,15 @@ def optimize(
     globs no pass may touch; one that matches no node is an error.
     `prune_outputs` are graph-output names or globs (e.g. "aux_*") to drop,
     with the branches only they needed; the check compares the outputs kept."""
-    original = source if isinstance(source, Model) else load(source)
-    original_ref = original.path or original.to_bytes()
+    if isinstance(source, Model):  # possibly edited in memory: its current state counts, not its file
+        original_ref = source.to_bytes()
+        original = source
+    else:
+        original = load(source)
+        original_ref = original.path or original.to_bytes()
     before = _op_counts(original)
     # The passes work on their own copy: the caller's model stays as it was.
-    model = load(original.path) if original.path else load(original.to_bytes())
+    model = load(original_ref)
     _pin(model, exclude_nodes)
     _prune(model, prune_outputs)
     model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations)

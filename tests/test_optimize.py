@@ -153,3 +153,14 @@ def test_prune_outputs_drops_debug_branches(tmp_path, capsys):
                         (["--prune-outputs", "*"], "would drop every graph output")):
         assert main(["optimize", str(path), str(tmp_path / "o2.onnx"), *bad]) == 2
         assert needle in capsys.readouterr().err
+
+
+def test_a_model_edited_in_memory_is_optimized_as_edited(cnn_path):
+    m = pyonnxopt.load(cnn_path)
+    g = m.graph
+    dropout = next(n for n in g.nodes if n.op_type == "Dropout")
+    g.replace_node(dropout, "Identity", dropout.inputs[:1])
+    optimized, report = optimize(m)
+    assert report["nodes_before"] == 16 and report["op_counts_before"].get("Dropout", 0) == 0
+    assert report["nodes_after"] == 13 and report["check"]["first_mismatch"] is None
+    assert len(m.graph) == 16  # the caller's model is not changed
