@@ -46,4 +46,29 @@ const char* bypass(Graph& g, Node* node, Value* in, Value* out) {
   return nullptr;
 }
 
+const char* const kNotMine = "not this pass's kind of node";
+
+PassStats bypass_where(Model& model, const Judge& judge) {
+  PassStats stats;
+  for (Graph* g : model.all_graphs()) {
+    std::vector<Node*> candidates;  // bypassing edits the node list: decide first
+    for (Node* n : g->nodes)
+      if (is_standard_domain(n->domain.value) && !n->inputs.empty() && !n->outputs.empty())
+        candidates.push_back(n);
+    for (Node* n : candidates) {
+      const char* why = judge(model, *g, *n);
+      if (why == kNotMine) continue;
+      const std::string label = n->display_name();
+      if (!why) why = bypass(*g, n, n->inputs[0], n->outputs[0]);
+      if (why) {
+        stats.refused.push_back(label + ": " + why);
+        continue;
+      }
+      stats.removed.push_back(label);
+      ++stats.nodes_removed;
+    }
+  }
+  return stats;
+}
+
 }  // namespace pyonnxopt::passes

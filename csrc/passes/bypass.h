@@ -2,7 +2,10 @@
 // out of the graph, for the passes that find such nodes.
 #pragma once
 
+#include <functional>
+
 #include "ir/model.h"
+#include "passes/pass.h"
 
 namespace pyonnxopt::passes {
 
@@ -11,5 +14,15 @@ namespace pyonnxopt::passes {
 // `in` takes it, if `in` is made by a node of the same graph for this reader
 // alone. Returns nullptr when done, else why it refused (graph unchanged).
 const char* bypass(ir::Graph& g, ir::Node* node, ir::Value* in, ir::Value* out);
+
+// A judge's answer for a node that is not of the kind its pass removes.
+extern const char* const kNotMine;
+
+// The body of the passes that remove pass-through nodes: over every graph,
+// `judge` says of each standard-domain node with a first input and output
+// kNotMine, a reason to refuse, or nullptr; then the node is bypassed (first
+// input -> first output) and counted, or the refusal recorded.
+using Judge = std::function<const char*(const ir::Model&, const ir::Graph&, const ir::Node&)>;
+PassStats bypass_where(ir::Model& model, const Judge& judge);
 
 }  // namespace pyonnxopt::passes

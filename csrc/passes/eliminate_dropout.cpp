@@ -45,29 +45,13 @@ const char* training_mode_reason(const Model& m, const Graph& g, const Node& n) 
 }  // namespace
 
 PassStats EliminateDropout::run(Model& model) const {
-  PassStats stats;
-  for (Graph* g : model.all_graphs()) {
-    std::vector<Node*> dropouts;
-    for (Node* n : g->nodes)
-      if (n->op_type.value == "Dropout" && is_standard_domain(n->domain.value) && !n->inputs.empty() &&
-          !n->outputs.empty())
-        dropouts.push_back(n);
-    for (Node* n : dropouts) {
-      const std::string label = n->display_name();
-      const char* why = training_mode_reason(model, *g, *n);
-      if (!why && n->outputs.size() > 1 && n->outputs[1] &&
-          (!n->outputs[1]->uses.empty() || n->outputs[1]->is_graph_output()))
-        why = "its mask output is read";
-      if (!why) why = bypass(*g, n, n->inputs[0], n->outputs[0]);
-      if (why) {
-        stats.refused.push_back(label + ": " + why);
-        continue;
-      }
-      stats.removed.push_back(label);
-      ++stats.nodes_removed;
-    }
-  }
-  return stats;
+  return bypass_where(model, [](const Model& m, const Graph& g, const Node& n) -> const char* {
+    if (n.op_type.value != "Dropout") return kNotMine;
+    if (const char* why = training_mode_reason(m, g, n)) return why;
+    const Value* mask = n.outputs.size() > 1 ? n.outputs[1] : nullptr;
+    if (mask && (!mask->uses.empty() || mask->is_graph_output())) return "its mask output is read";
+    return nullptr;
+  });
 }
 
 }  // namespace pyonnxopt::passes

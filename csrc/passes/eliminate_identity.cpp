@@ -5,24 +5,10 @@
 namespace pyonnxopt::passes {
 
 PassStats EliminateIdentity::run(ir::Model& model) const {
-  PassStats stats;
-  for (ir::Graph* g : model.all_graphs()) {
-    std::vector<ir::Node*> identities;
-    for (ir::Node* n : g->nodes)
-      if (n->op_type.value == "Identity" && is_standard_domain(n->domain.value) && n->inputs.size() == 1 &&
-          n->outputs.size() == 1)
-        identities.push_back(n);
-    for (ir::Node* n : identities) {
-      std::string label = n->display_name();
-      if (const char* why = bypass(*g, n, n->inputs[0], n->outputs[0])) {
-        stats.refused.push_back(label + ": " + why);
-        continue;
-      }
-      stats.removed.push_back(label);
-      ++stats.nodes_removed;
-    }
-  }
-  return stats;
+  return bypass_where(model, [](const ir::Model&, const ir::Graph&, const ir::Node& n) -> const char* {
+    bool identity = n.op_type.value == "Identity" && n.inputs.size() == 1 && n.outputs.size() == 1;
+    return identity ? nullptr : kNotMine;
+  });
 }
 
 }  // namespace pyonnxopt::passes

@@ -35,21 +35,21 @@ int live_outputs(const Node& n) {
 }
 
 // nullptr when `n` returns its first input unchanged as its first output,
-// else why not (or "" when it is simply not such a node).
+// else why not (kNotMine when it is simply not such a node).
 const char* why_not_nop(const Node& n) {
   const std::string& op = n.op_type.value;
-  if (n.inputs.empty() || !n.inputs[0] || n.outputs.empty() || !n.outputs[0]) return "";
+  if (n.inputs.empty() || !n.inputs[0] || n.outputs.empty() || !n.outputs[0]) return kNotMine;
   if (op == "Concat" || op == "Sum" || op == "Mean" || op == "Max" || op == "Min")
-    return n.inputs.size() == 1 ? nullptr : "";
+    return n.inputs.size() == 1 ? nullptr : kNotMine;
   if (op == "Split") {
     // One output and no split sizes to check: the whole input.
-    return n.outputs.size() == 1 && n.inputs.size() == 1 && !attribute(n, "split") ? nullptr : "";
+    return n.outputs.size() == 1 && n.inputs.size() == 1 && !attribute(n, "split") ? nullptr : kNotMine;
   }
   if (op == "Transpose") {
     const Attribute* perm = attribute(n, "perm");
     if (!perm) return "Transpose without perm: a no-op only at rank <= 1";
     for (size_t i = 0; i < perm->ints.size(); ++i)
-      if (perm->ints[i] != static_cast<int64_t>(i)) return "";
+      if (perm->ints[i] != static_cast<int64_t>(i)) return kNotMine;
     return nullptr;
   }
   if (op == "Cast" || op == "CastLike") {
@@ -62,33 +62,17 @@ const char* why_not_nop(const Node& n) {
       to = known_elem_type(n.inputs[1]);
     }
     if (!from || !to) return "input or target type unknown";
-    return from == to ? nullptr : "";
+    return from == to ? nullptr : kNotMine;
   }
-  return "";
+  return kNotMine;
 }
 
 }  // namespace
 
 PassStats EliminateNop::run(Model& model) const {
-  PassStats stats;
-  for (Graph* g : model.all_graphs()) {
-    std::vector<Node*> candidates;
-    for (Node* n : g->nodes)
-      if (is_standard_domain(n->domain.value) && live_outputs(*n) == 1) candidates.push_back(n);
-    for (Node* n : candidates) {
-      const char* why = why_not_nop(*n);
-      if (why && !*why) continue;  // not a no-op node at all
-      const std::string label = n->display_name();
-      if (!why) why = bypass(*g, n, n->inputs[0], n->outputs[0]);
-      if (why) {
-        stats.refused.push_back(label + ": " + why);
-        continue;
-      }
-      stats.removed.push_back(label);
-      ++stats.nodes_removed;
-    }
-  }
-  return stats;
+  return bypass_where(model, [](const Model&, const Graph&, const Node& n) -> const char* {
+    return live_outputs(n) == 1 ? why_not_nop(n) : kNotMine;
+  });
 }
 
 }  // namespace pyonnxopt::passes
