@@ -124,8 +124,8 @@ def build(
         nodes.append(helper.make_node(op, inputs, outputs, name=f"n{len(nodes)}_{op}", **attrs))
         return outputs[0]
 
-    wte = data.add("wte", (vocab, d_model))
-    wpe = data.add("wpe", (ctx, d_model))
+    data.add("wte", (vocab, d_model))
+    data.add("wpe", (ctx, d_model))
     # Causal additive mask, sliced to the sequence length at run time.
     mask = np.triu(np.full((ctx, ctx), -1e4, np.float32), k=1)
     data.add("attn_mask", (ctx, ctx), array=mask)

@@ -2,32 +2,22 @@
 
 import numpy as np
 import onnx
-import onnxruntime as ort
-import pytest
 from onnx import TensorProto, helper, parser
 
-import pyonnxopt
 from pyonnxopt.passes import get
 
-
-def run(model_text_or_proto):
-    proto = parser.parse_model(model_text_or_proto) if isinstance(model_text_or_proto, str) else model_text_or_proto
-    m = pyonnxopt.load(proto)
-    result = get("eliminate_dead_code").run(m)
-    assert m.check_invariants() == []
-    return m, result
+from helpers import outputs, parse, run_pass, structure
 
 
-def structure(model: pyonnxopt.Model):
-    return [(n.op_type, [v.name if v else "" for v in n.inputs], [v.name if v else "" for v in n.outputs])
-            for n in model.graph.nodes]
-
-
-HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
+def run(model):
+    """ONNX graph text (opset 17, or with its own header) or a ModelProto."""
+    if isinstance(model, str) and model.lstrip().startswith("<"):
+        model = parser.parse_model(model)
+    return run_pass("eliminate_dead_code", model, full_check=False)
 
 
 def test_removes_a_dead_chain_and_its_initializer():
-    m, r = run(HEADER + """
+    m, r = run("""
         g (float[3] x) => (float[3] y)
         <float[3] w = {1.0, 2.0, 3.0}, float[3] unused = {0.0, 0.0, 0.0}> {
             a = Relu(x)
@@ -43,7 +33,7 @@ def test_removes_a_dead_chain_and_its_initializer():
 
 def test_outputs_are_unchanged_in_onnxruntime():
     rng = np.random.default_rng(0)
-    text = HEADER + """
+    text = """
         g (float[2,4] x) => (float[2,4] y, float[2,4] z) {
             a = Relu(x)
             dead1 = Sigmoid(a)
@@ -51,20 +41,17 @@ def test_outputs_are_unchanged_in_onnxruntime():
             y = Tanh(a)
             z = Add(a, x)
         }"""
-    before = parser.parse_model(text)
+    before = parse(text)
     m, _ = run(text)
     feeds = {"x": rng.standard_normal((2, 4)).astype(np.float32)}
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    want = ort.InferenceSession(before.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)
-    got = ort.InferenceSession(m.to_bytes(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+    want, got = outputs(before, feeds), outputs(m, feeds)
     for a, b in zip(want, got):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert len(m.graph) == 3
 
 
 def test_keeps_graph_outputs_and_inputs_even_when_unread():
-    m, r = run(HEADER + """
+    m, r = run("""
         g (float[3] x, float[3] unused_input) => (float[3] y, float[3] direct) {
             y = Relu(x)
             direct = Identity(x)
@@ -93,7 +80,7 @@ def test_keeps_an_initializer_that_is_also_a_graph_input():
 
 
 def test_drops_stale_value_info():
-    model = parser.parse_model(HEADER + """
+    model = parse("""
         g (float[3] x) => (float[3] y) {
             a = Relu(x)
             b = Neg(a)
@@ -143,7 +130,7 @@ def test_removes_unused_local_functions_only():
 
 
 def test_second_run_changes_nothing():
-    m, r = run(HEADER + """
+    m, r = run("""
         g (float[3] x) => (float[3] y) {
             a = Relu(x)
             b = Neg(a)

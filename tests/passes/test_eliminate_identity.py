@@ -1,28 +1,15 @@
 """eliminate_identity: structure, numbers, refusals, idempotence, subgraphs."""
 
 import numpy as np
-import onnx
-import onnxruntime as ort
-from onnx import TensorProto, helper, parser
+from onnx import helper
 
-import pyonnxopt
 from pyonnxopt.passes import get
 
-HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
+from helpers import outputs, parse, run_pass, structure
 
 
 def run(model):
-    proto = parser.parse_model(HEADER + model) if isinstance(model, str) else model
-    m = pyonnxopt.load(proto)
-    result = get("eliminate_identity").run(m)
-    assert m.check_invariants() == []
-    onnx.checker.check_model(m.to_onnx(), full_check=True)
-    return m, result
-
-
-def structure(m):
-    return [(n.op_type, [v.name if v else "" for v in n.inputs], [v.name if v else "" for v in n.outputs])
-            for n in m.graph.nodes]
+    return run_pass("eliminate_identity", model, full_check=True)
 
 
 def test_readers_read_the_input():
@@ -90,14 +77,11 @@ def test_numbers_and_idempotence():
         c = Identity(b)
         y = Mul(c, a)
     }"""
-    before = parser.parse_model(HEADER + text)
+    before = parse(text)
     m, r = run(text)
     assert r.stats["nodes_removed"] == 2
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
-    want = ort.InferenceSession(before.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    got = ort.InferenceSession(m.to_bytes(), opts, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    x = {"x": np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)}
+    want, got = outputs(before, x), outputs(m, x)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
     again = get("eliminate_identity").run(m)
     assert not again.modified

@@ -1,0 +1,42 @@
+"""Shared by the pass tests: models from ONNX text, one pass run with the IR
+checked, the graph as (op, inputs, outputs), and onnxruntime outputs."""
+
+import onnx
+from onnx import parser
+
+import pyonnxopt
+from pyonnxopt.check import session
+from pyonnxopt.passes import get
+
+
+def parse(text: str, opset: int = 17) -> onnx.ModelProto:
+    return parser.parse_model(f'<ir_version: 8, opset_import: ["" : {opset}]>' + text)
+
+
+def run_pass(name: str, model, full_check: bool = True):
+    """`model` as ONNX graph text (opset 17) or a ModelProto; returns (Model, PassResult)."""
+    proto = parse(model) if isinstance(model, str) else model
+    m = pyonnxopt.load(proto)
+    result = get(name).run(m)
+    assert m.check_invariants() == []
+    if full_check:
+        onnx.checker.check_model(m.to_onnx(), full_check=True)
+    return m, result
+
+
+def structure(m: pyonnxopt.Model) -> list:
+    return [(n.op_type, [v.name if v else "" for v in n.inputs], [v.name if v else "" for v in n.outputs])
+            for n in m.graph.nodes]
+
+
+def ops(m: pyonnxopt.Model) -> list:
+    return [n.op_type for n in m.graph.nodes]
+
+
+def outputs(model, feeds: dict) -> list:
+    """onnxruntime outputs, its own graph optimizations off (a ModelProto, Model or bytes)."""
+    if isinstance(model, onnx.ModelProto):
+        model = model.SerializeToString()
+    elif isinstance(model, pyonnxopt.Model):
+        model = model.to_bytes()
+    return session(model).run(None, feeds)
