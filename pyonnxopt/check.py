@@ -59,6 +59,11 @@ def random_inputs(sess, seed: int = 0) -> dict:
     return feeds
 
 
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
 @dataclass
 class CheckResult:
     outputs: int
@@ -73,31 +78,26 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
     try:
         a = session(original)
         feeds = random_inputs(a, seed)
+        original_names = {o.name for o in a.get_outputs()}
     except CheckUnavailable:
         raise
     except Exception as e:  # custom ops, unsupported opsets, ...: onnxruntime's own words
-        raise CheckUnavailable(f"onnxruntime cannot run the original: {str(e).splitlines()[0][:200]}") from e
+        raise CheckUnavailable(f"onnxruntime cannot run the original: {_first_line(e)}") from e
     try:
         b = session(optimized)
+        # The optimized model's outputs (pruned ones are gone on purpose),
+        # each compared with the original's output of the same name.
+        names = [o.name for o in b.get_outputs()]
+        for name in names:
+            if name not in original_names:
+                return CheckResult(len(names), float("inf"), f"{name}: not an output of the original")
+        got = b.run(names, {k: v for k, v in feeds.items() if k in {i.name for i in b.get_inputs()}})
     except Exception as e:
-        return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model: "
-                                            f"{str(e).splitlines()[0][:200]})")
-    # The optimized model's outputs (pruned ones are gone on purpose), each
-    # compared with the original's output of the same name.
-    original_names = {o.name for o in a.get_outputs()}
-    names = [o.name for o in b.get_outputs()]
-    for name in names:
-        if name not in original_names:
-            return CheckResult(len(names), float("inf"), f"{name}: not an output of the original")
+        return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model: {_first_line(e)})")
     try:
         want = a.run(names, feeds)
     except Exception as e:
-        raise CheckUnavailable(f"onnxruntime cannot run the original: {str(e).splitlines()[0][:200]}") from e
-    try:
-        got = b.run(names, {k: v for k, v in feeds.items() if k in {i.name for i in b.get_inputs()}})
-    except Exception as e:
-        return CheckResult(len(names), float("inf"), f"(none: onnxruntime cannot run the optimized model: "
-                                                     f"{str(e).splitlines()[0][:200]})")
+        raise CheckUnavailable(f"onnxruntime cannot run the original: {_first_line(e)}") from e
     worst = 0.0
     for name, x, y in zip(names, want, got):
         x, y = np.asarray(x), np.asarray(y)

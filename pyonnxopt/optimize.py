@@ -93,33 +93,32 @@ def optimize(
                    for r in pipeline.runs],
         "check": None,
     }
-    if not check_outputs:
-        if output is not None:
+    written = False
+    if check_outputs:
+        try:
+            optimized_ref = model.to_bytes()
+        except ModelError:  # past 2 GB inline: check the written files instead
+            if output is None:
+                raise
             model.save(os.fspath(output))
-        return model, report
-    try:
-        optimized_ref = model.to_bytes()
-        written = False
-    except ModelError:  # past 2 GB inline: check the written files instead
-        if output is None:
-            raise
+            optimized_ref, written = os.fspath(output), True
+        report["check"] = _check(original_ref, optimized_ref, seed)
+        mismatch = report["check"].get("first_mismatch")
+        if mismatch and not force:
+            if written:
+                os.unlink(os.fspath(output))
+            raise VerificationError(f"the optimized model differs from the original at output {mismatch}; "
+                                    "nothing was written (use --force to write it anyway)")
+    if output is not None and not written:
         model.save(os.fspath(output))
-        optimized_ref, written = os.fspath(output), True
+    return model, report
+
+
+def _check(original_ref, optimized_ref, seed: int) -> dict:
     try:
         result = check.compare(original_ref, optimized_ref, seed=seed)
     except check.CheckUnavailable as e:
         log.warning("not checked: %s", e)
-        report["check"] = {"skipped": str(e)}
-        if output is not None and not written:
-            model.save(os.fspath(output))
-        return model, report
-    report["check"] = {"outputs": result.outputs, "max_abs_diff": result.max_abs_diff,
-                       "first_mismatch": result.first_mismatch, "seed": seed}
-    if result.first_mismatch and not force:
-        if written:
-            os.unlink(os.fspath(output))
-        raise VerificationError(f"the optimized model differs from the original at output {result.first_mismatch}; "
-                                "nothing was written (use --force to write it anyway)")
-    if output is not None and not written:
-        model.save(os.fspath(output))
-    return model, report
+        return {"skipped": str(e)}
+    return {"outputs": result.outputs, "max_abs_diff": result.max_abs_diff,
+            "first_mismatch": result.first_mismatch, "seed": seed}

@@ -202,6 +202,17 @@ py::dict type_dict(const ir::ValueInfo* info) {
   return d;
 }
 
+// A node of `g` with its op and inputs set, not yet in the graph.
+ir::Node* unlinked_node(ir::Graph& g, const std::string& op_type, const std::vector<std::optional<ValueRef>>& inputs,
+                        const std::string& name, const std::string& domain) {
+  ir::Node* node = g.new_node();
+  node->op_type.set(op_type);
+  if (!name.empty()) node->name.set(name);
+  if (!domain.empty()) node->domain.set(domain);
+  for (const auto& v : inputs) node->inputs.push_back(v ? v->ptr : nullptr);
+  return node;
+}
+
 proto::LoadOptions load_options(const std::string& base_dir, bool allow_outside) {
   proto::LoadOptions o;
   o.base_dir = base_dir;
@@ -394,11 +405,7 @@ PYBIND11_MODULE(_core, m) {
             for (const auto& o : outputs)
               if (!o.empty() && g.ptr->find_local(o))
                 throw ir::ModelError("value '" + o + "' is defined twice in graph '" + g.ptr->name.value + "'");
-            ir::Node* node = g.ptr->new_node();
-            node->op_type.set(op_type);
-            if (!name.empty()) node->name.set(name);
-            if (!domain.empty()) node->domain.set(domain);
-            for (const auto& v : inputs) node->inputs.push_back(v ? v->ptr : nullptr);
+            ir::Node* node = unlinked_node(*g.ptr, op_type, inputs, name, domain);
             for (const auto& o : outputs) node->outputs.push_back(o.empty() ? nullptr : g.ptr->create_value(o));
             return NodeRef{g.model, g.ptr->add_node(node, before ? before->ptr : nullptr)};
           },
@@ -408,12 +415,7 @@ PYBIND11_MODULE(_core, m) {
           "replace_node",
           [](const GraphRef& g, const NodeRef& old_node, const std::string& op_type,
              const std::vector<std::optional<ValueRef>>& inputs, const std::string& name, const std::string& domain) {
-            ir::Node* node = g.ptr->new_node();
-            node->op_type.set(op_type);
-            if (!name.empty()) node->name.set(name);
-            if (!domain.empty()) node->domain.set(domain);
-            for (const auto& v : inputs) node->inputs.push_back(v ? v->ptr : nullptr);
-            return NodeRef{g.model, g.ptr->replace_node(old_node.ptr, node)};
+            return NodeRef{g.model, g.ptr->replace_node(old_node.ptr, unlinked_node(*g.ptr, op_type, inputs, name, domain))};
           },
           py::arg("node"), py::arg("op_type"), py::arg("inputs"), py::arg("name") = "", py::arg("domain") = "",
           "A new node in place of `node`, computing its outputs (same values, same names) from `inputs`.");
