@@ -33,7 +33,7 @@ class BreakRelu(Pass):
     name = "test_break_relu"
     description = "wrong on purpose"
 
-    def run(self, model):
+    def run(self, model, options):
         relu = next((n for n in model.graph.nodes if n.op_type == "Relu"), None)
         if relu is None:
             return PassResult(False)

@@ -281,13 +281,18 @@ PYBIND11_MODULE(_core, m) {
       .def("check_invariants", [](const ir::Model& x) { return ir::check_invariants(x); })
       .def(
           "run_pass",
-          [](ir::Model& x, const std::string& name) {
+          [](ir::Model& x, const std::string& name, uint64_t fold_size_limit, bool allow_lossy,
+             bool remove_training_residue) {
             const passes::Pass* p = passes::find(name);
             if (!p) throw py::key_error("no native pass '" + name + "'");
+            passes::PassOptions options;
+            options.fold_size_limit = fold_size_limit;
+            options.allow_lossy = allow_lossy;
+            options.remove_training_residue = remove_training_residue;
             passes::PassStats st;
             {
               py::gil_scoped_release nogil;
-              st = p->run(x);
+              st = p->run(x, options);
             }
             py::dict d;
             d["nodes_removed"] = st.nodes_removed;
@@ -301,10 +306,23 @@ PYBIND11_MODULE(_core, m) {
             py::list refused;
             for (const auto& r : st.refused) refused.append(text(r));
             d["refused"] = refused;
+            py::list rewrites;
+            for (const auto& r : st.rewrites) {
+              py::list consumed, produced;
+              for (const auto& c : r.consumed) consumed.append(text(c));
+              for (const auto& c : r.produced) produced.append(text(c));
+              py::dict rec;
+              rec["what"] = text(r.what);
+              rec["consumed"] = consumed;
+              rec["produced"] = produced;
+              rewrites.append(rec);
+            }
+            d["rewrites"] = rewrites;
             d["modified"] = st.modified();
             return d;
           },
-          "Runs one native pass; returns what it changed.")
+          py::arg("name"), py::arg("fold_size_limit") = uint64_t(1) << 20, py::arg("allow_lossy") = false,
+          py::arg("remove_training_residue") = false, "Runs one native pass with the pipeline's options; returns what it changed.")
       .def("serialize",
            [](const ir::Model& x) {
              std::string s;

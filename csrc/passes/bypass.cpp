@@ -65,6 +65,7 @@ PassStats bypass_where(Model& model, const Judge& judge) {
         continue;
       }
       stats.removed.push_back(label);
+      stats.rewrites.push_back({"bypassed", {n->name.value}, {}});
       ++stats.nodes_removed;
     }
   }

@@ -67,6 +67,7 @@ void merge_nodes(Graph& g, PassStats& stats) {
       continue;
     }
     stats.removed.push_back(label + " (same as " + it->second->display_name() + ")");
+    stats.rewrites.push_back({"merged", {n->name.value}, {it->second->name.value}});
     ++stats.nodes_removed;
   }
 }
@@ -118,7 +119,7 @@ void merge_initializers(Graph& g, PassStats& stats) {
 
 }  // namespace
 
-PassStats EliminateCommonSubexpressions::run(Model& model) const {
+PassStats EliminateCommonSubexpressions::run(Model& model, const PassOptions&) const {
   PassStats stats;
   for (Graph* g : model.all_graphs()) {
     merge_initializers(*g, stats);

@@ -25,7 +25,7 @@ class EliminateCommonSubexpressions : public Pass {
   const char* description() const override {
     return "merge nodes computing the same values from the same inputs, and identical initializers";
   }
-  PassStats run(ir::Model& model) const override;
+  PassStats run(ir::Model& model, const PassOptions& options) const override;
 };
 
 }  // namespace pyonnxopt::passes

@@ -34,6 +34,7 @@ void sweep(Graph& g, const std::set<FunctionKey>& local_functions, PassStats& st
     for (const Value* v : n->inputs)
       if (v && v->producer && v->producer->graph == &g) producers.push_back(v->producer);
     stats.removed.push_back(n->display_name());
+    stats.rewrites.push_back({"dead", {n->name.value}, {}});
     g.remove_node(n);
     ++stats.nodes_removed;
     work.insert(work.end(), producers.begin(), producers.end());
@@ -74,7 +75,7 @@ std::set<FunctionKey> called_functions(const Model& m) {
 
 }  // namespace
 
-PassStats EliminateDeadCode::run(Model& model) const {
+PassStats EliminateDeadCode::run(Model& model, const PassOptions&) const {
   PassStats stats;
   std::set<FunctionKey> local_functions;
   for (const auto& f : model.functions) local_functions.insert(key_of(*f));

@@ -23,7 +23,7 @@ class EliminateDeadCode : public Pass {
   const char* description() const override {
     return "remove nodes, initializers, value_info and local functions that no output depends on";
   }
-  PassStats run(ir::Model& model) const override;
+  PassStats run(ir::Model& model, const PassOptions& options) const override;
 };
 
 }  // namespace pyonnxopt::passes

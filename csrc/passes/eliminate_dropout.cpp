@@ -7,19 +7,6 @@ namespace {
 
 using namespace ir;
 
-// The default-domain opset the graph's nodes follow: the model's, or the
-// function's when the graph is (inside) a function body.
-int64_t default_opset(const Model& m, const Graph& g) {
-  const Graph* root = &g;
-  while (root->parent) root = root->parent;
-  const std::vector<OpsetId>* imports = &m.opset_import;
-  for (const auto& f : m.functions)
-    if (f->body.get() == root) imports = &f->opset_import;
-  for (const auto& o : *imports)
-    if (is_standard_domain(o.domain.value) && o.domain.value != "ai.onnx.ml") return o.version.value;
-  return 0;
-}
-
 bool is_constant_false(const Value* v) {
   const Tensor* t = v ? v->initializer : nullptr;
   if (!t || t->data_type.value != 9 || v->is_graph_input) return false;  // a graph input can be fed
@@ -44,7 +31,7 @@ const char* training_mode_reason(const Model& m, const Graph& g, const Node& n) 
 
 }  // namespace
 
-PassStats EliminateDropout::run(Model& model) const {
+PassStats EliminateDropout::run(Model& model, const PassOptions&) const {
   return bypass_where(model, [](const Model& m, const Graph& g, const Node& n) -> const char* {
     if (n.op_type.value != "Dropout") return kNotMine;
     if (const char* why = training_mode_reason(m, g, n)) return why;

@@ -18,7 +18,7 @@ class EliminateDropout : public Pass {
  public:
   const char* name() const override { return "eliminate_dropout"; }
   const char* description() const override { return "remove Dropout that is a no-op at inference (not training mode)"; }
-  PassStats run(ir::Model& model) const override;
+  PassStats run(ir::Model& model, const PassOptions& options) const override;
 };
 
 }  // namespace pyonnxopt::passes

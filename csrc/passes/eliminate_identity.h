@@ -19,7 +19,7 @@ class EliminateIdentity : public Pass {
  public:
   const char* name() const override { return "eliminate_identity"; }
   const char* description() const override { return "remove Identity nodes, readers read the input instead"; }
-  PassStats run(ir::Model& model) const override;
+  PassStats run(ir::Model& model, const PassOptions& options) const override;
 };
 
 }  // namespace pyonnxopt::passes

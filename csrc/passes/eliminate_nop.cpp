@@ -69,7 +69,7 @@ const char* why_not_nop(const Node& n) {
 
 }  // namespace
 
-PassStats EliminateNop::run(Model& model) const {
+PassStats EliminateNop::run(Model& model, const PassOptions&) const {
   return bypass_where(model, [](const Model&, const Graph&, const Node& n) -> const char* {
     return live_outputs(n) == 1 ? why_not_nop(n) : kNotMine;
   });

@@ -22,7 +22,7 @@ class EliminateNop : public Pass {
   const char* description() const override {
     return "remove nodes that return their input unchanged (identity Transpose, one-input Concat/Sum, same-type Cast, ...)";
   }
-  PassStats run(ir::Model& model) const override;
+  PassStats run(ir::Model& model, const PassOptions& options) const override;
 };
 
 // The element type of a tensor value when the model states it, else 0.

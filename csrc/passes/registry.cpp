@@ -29,4 +29,15 @@ const Pass* find(std::string_view name) {
 
 bool is_standard_domain(std::string_view d) { return d.empty() || d == "ai.onnx" || d == "ai.onnx.ml"; }
 
+int64_t default_opset(const ir::Model& m, const ir::Graph& g) {
+  const ir::Graph* root = &g;
+  while (root->parent) root = root->parent;
+  const std::vector<ir::OpsetId>* imports = &m.opset_import;
+  for (const auto& f : m.functions)
+    if (f->body.get() == root) imports = &f->opset_import;
+  for (const auto& o : *imports)
+    if ((o.domain.value.empty() || o.domain.value == "ai.onnx")) return o.version.value;
+  return 0;
+}
+
 }  // namespace pyonnxopt::passes

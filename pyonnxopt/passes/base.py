@@ -7,6 +7,15 @@ from dataclasses import dataclass, field
 from pyonnxopt.model import Model
 
 
+@dataclass(frozen=True)
+class PassOptions:
+    """What the user chose for the whole pipeline; every pass gets the same."""
+
+    fold_size_limit: int = 1 << 20  # a fold may not grow a result past its inputs and this many bytes
+    allow_lossy: bool = False  # remove Cast round trips that lose precision (f32->f16->f32)
+    remove_training_residue: bool = False  # drop training-mode Dropout and ai.onnx.preview.training ops
+
+
 @dataclass
 class PassResult:
     modified: bool
@@ -20,7 +29,7 @@ class Pass:
     name: str = ""
     description: str = ""
 
-    def run(self, model: Model) -> PassResult:
+    def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
         raise TypeError(f"{type(self).__name__} must define run()")
 
 
@@ -31,6 +40,7 @@ class NativePass(Pass):
         self.name = name
         self.description = description
 
-    def run(self, model: Model) -> PassResult:
-        stats = model._core.run_pass(self.name)
+    def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
+        stats = model._core.run_pass(self.name, options.fold_size_limit, options.allow_lossy,
+                                     options.remove_training_residue)
         return PassResult(stats.pop("modified"), stats)

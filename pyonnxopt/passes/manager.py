@@ -11,6 +11,7 @@ from typing import Iterable, Optional
 from pyonnxopt.errors import PassError
 from pyonnxopt.model import Model, load
 from pyonnxopt.passes import registry
+from pyonnxopt.passes.base import PassOptions
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +37,13 @@ def run_passes(
     passes: Optional[Iterable[str]] = None,
     skip: Iterable[str] = (),
     max_iterations: int = 10,
+    options: Optional[PassOptions] = None,
 ) -> tuple:
     """Runs `passes` (default: every registered pass) minus `skip` on `model`
     (a Model, path, bytes or onnx.ModelProto) to a fixed point. Returns the
     Model and a PipelineReport. Unknown names raise KeyError before anything runs."""
     model = load(model) if not isinstance(model, Model) else model
+    options = options or PassOptions()
     names = [p.name for p in registry.all_passes()] if passes is None else list(passes)
     skipped = set(skip)
     for name in [*names, *skipped]:
@@ -54,7 +57,7 @@ def run_passes(
         for p in chosen:
             start = time.perf_counter()
             try:
-                result = p.run(model)
+                result = p.run(model, options)
             except Exception as e:
                 raise PassError(f"pass {p.name} failed after {', '.join(done) or 'no other pass'}: {e}") from e
             seconds = time.perf_counter() - start

@@ -6,18 +6,19 @@ from onnx import parser
 
 import pyonnxopt
 from pyonnxopt.check import session
-from pyonnxopt.passes import get
+from pyonnxopt.passes import PassOptions, get
 
 
 def parse(text: str, opset: int = 17) -> onnx.ModelProto:
     return parser.parse_model(f'<ir_version: 8, opset_import: ["" : {opset}]>' + text)
 
 
-def run_pass(name: str, model, full_check: bool = True):
-    """`model` as ONNX graph text (opset 17) or a ModelProto; returns (Model, PassResult)."""
+def run_pass(name: str, model, full_check: bool = True, **options):
+    """`model` as ONNX graph text (opset 17) or a ModelProto; `options` are
+    PassOptions fields. Returns (Model, PassResult)."""
     proto = parse(model) if isinstance(model, str) else model
     m = pyonnxopt.load(proto)
-    result = get(name).run(m)
+    result = get(name).run(m, PassOptions(**options))
     assert m.check_invariants() == []
     if full_check:
         onnx.checker.check_model(m.to_onnx(), full_check=True)

@@ -33,7 +33,7 @@ class Broken(Pass):
     name = "test_broken_pass"
     description = "fails on purpose"
 
-    def run(self, model):
+    def run(self, model, options):
         raise RuntimeError("boom")
 
 
@@ -41,7 +41,7 @@ class CountNodes(Pass):
     name = "test_count_nodes"
     description = "changes nothing, counts nodes"
 
-    def run(self, model):
+    def run(self, model, options):
         return PassResult(False, {"nodes": len(model.graph)})
 
 
