@@ -8,6 +8,7 @@
 #include <set>
 #include <system_error>
 
+#include "fold/kernels.h"
 #include "ir/model.h"
 #include "passes/pass.h"
 #include "proto/reader.h"
@@ -323,6 +324,17 @@ PYBIND11_MODULE(_core, m) {
           },
           py::arg("name"), py::arg("fold_size_limit") = uint64_t(1) << 20, py::arg("allow_lossy") = false,
           py::arg("remove_training_residue") = false, "Runs one native pass with the pipeline's options; returns what it changed.")
+      .def("serialize_weightless",
+           [](const ir::Model& x, uint64_t threshold) {
+             std::string s;
+             {
+               py::gil_scoped_release nogil;
+               s = proto::serialize_weightless(x, threshold);
+             }
+             return py::bytes(s);
+           },
+           py::arg("threshold") = 1024,
+           "The model with tensors over `threshold` bytes as references to a file that does not exist (for shape inference).")
       .def("serialize",
            [](const ir::Model& x) {
              std::string s;
@@ -411,6 +423,38 @@ PYBIND11_MODULE(_core, m) {
       .def("remove_output", [](const GraphRef& g, size_t index) { g.ptr->remove_output(index); },
            "Drops graph output `index`; what only it read becomes dead code.")
       .def("replace_all_uses", [](const GraphRef& g, const ValueRef& a, const ValueRef& b) { g.ptr->replace_all_uses(a.ptr, b.ptr); })
+      .def("set_constant",
+           [](const GraphRef& g, const ValueRef& v, int32_t data_type, std::vector<int64_t> dims, py::bytes data,
+              bool as_node) {
+             std::string bytes = data;
+             uint64_t numel = 1;
+             for (int64_t d : dims) {
+               if (d < 0) throw py::value_error("negative dimension");
+               numel *= static_cast<uint64_t>(d);
+             }
+             int64_t want = ir::storage_bytes(data_type, numel);
+             if (want < 0 || static_cast<uint64_t>(want) != bytes.size())
+               throw py::value_error("set_constant: " + std::to_string(bytes.size()) + " bytes do not hold " +
+                                     std::to_string(numel) + " elements of " + ir::dtype_name(data_type));
+             auto t = std::make_unique<ir::Tensor>();
+             t->dims = std::move(dims);
+             t->data_type.set(data_type);
+             t->set_raw(ir::Blob::owned(std::move(bytes)));
+             g.ptr->set_constant(v.ptr, std::move(t), as_node);
+           },
+           py::arg("value"), py::arg("data_type"), py::arg("dims"), py::arg("data"), py::arg("as_node") = false,
+           "Makes a node output a constant under its own name (an initializer, or a Constant node with as_node).")
+      .def("set_value_type",
+           [](const GraphRef& g, const ValueRef& v, py::bytes type) {
+             std::string t = type;
+             try {
+               proto::decode_type(t);
+             } catch (const proto::ParseError& e) {
+               throw py::value_error(std::string("set_value_type: malformed TypeProto: ") + e.what());
+             }
+             g.ptr->set_value_type(v.ptr, std::move(t));
+           },
+           "Sets the TypeProto (serialized) describing a value.")
       .def("set_input",
            [](const GraphRef& g, const NodeRef& n, int index, std::optional<ValueRef> v) {
              n.ptr->graph->set_input(n.ptr, index, v ? v->ptr : nullptr);
@@ -468,7 +512,14 @@ PYBIND11_MODULE(_core, m) {
                                for (const auto& a : n.ptr->attributes) d[text(a.name.value)] = attribute_value(n.model, a);
                                return d;
                              })
-      .def_property_readonly("subgraphs", [](const NodeRef& n) { return refs(n.model, n.ptr->subgraphs()); });
+      .def_property_readonly("subgraphs", [](const NodeRef& n) { return refs(n.model, n.ptr->subgraphs()); })
+      .def("attribute_protos",
+           [](const NodeRef& n) {
+             py::list l;
+             for (const auto& a : n.ptr->attributes) l.append(py::bytes(proto::serialize_attribute(a)));
+             return l;
+           },
+           "Each attribute as a serialized AttributeProto.");
 
   py::class_<ValueRef>(m, "Value")
       .def("__eq__", &ValueRef::operator==)
@@ -488,7 +539,12 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("is_graph_input", [](const ValueRef& v) { return v.ptr->is_graph_input; })
       .def_property_readonly("is_graph_output", [](const ValueRef& v) { return v.ptr->is_graph_output(); })
       .def_property_readonly("initializer", [](const ValueRef& v) { return ref_or_none(v.model, v.ptr->initializer); })
-      .def_property_readonly("type", [](const ValueRef& v) { return type_dict(v.ptr->info); });
+      .def_property_readonly("type", [](const ValueRef& v) { return type_dict(v.ptr->info); })
+      .def_property_readonly("type_proto", [](const ValueRef& v) -> py::object {
+        const ir::ValueInfo* info = v.ptr->info;
+        if (!info || !info->type.has) return py::none();
+        return py::bytes(info->type.value);
+      });
 
   py::class_<TensorRef>(m, "Tensor")
       .def("__eq__", &TensorRef::operator==)
@@ -583,6 +639,7 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("data"), py::arg("base_dir") = "", py::arg("allow_external_outside") = false);
   m.attr("PROTOBUF_LIMIT") = proto::kProtobufLimit;
+  m.def("fold_kernel_ops", [] { return fold::kernel_ops(); }, "Ops the native folding kernels evaluate.");
   m.def("native_passes", [] {
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& p : passes::registry()) out.emplace_back(p->name(), p->description());

@@ -350,6 +350,52 @@ void Graph::replace_all_uses(Value* from, Value* to) {
   }
 }
 
+void Graph::set_constant(Value* v, std::unique_ptr<Tensor> t, bool as_node) {
+  Node* producer = v->producer;
+  if (v->graph != this || !producer || producer->removed)
+    throw ModelError("'" + v->name + "' is not a node output of graph '" + name.value + "'");
+  producer->outputs[static_cast<size_t>(v->producer_index)] = nullptr;
+  v->producer = nullptr;
+  v->producer_index = -1;
+  if (as_node) {
+    Node* c = new_node();
+    c->op_type.set("Constant");
+    c->name.set(v->name + "_const");
+    Attribute& value = c->attributes.emplace_back();
+    value.name.set("value");
+    value.type.set(int32_t(AttrType::kTensor));
+    t->name.clear();
+    value.t = std::move(t);
+    c->outputs.push_back(v);
+    add_node(c, producer);
+  } else {
+    t->name.set(v->name);
+    v->initializer = t.get();
+    initializers.push_back(std::move(t));
+  }
+  bool left = false;
+  for (const Value* o : producer->outputs) left = left || o;
+  if (!left) remove_node(producer);
+}
+
+void Graph::set_value_type(Value* v, std::string type) {
+  if (v->info) {
+    v->info->type.set(std::move(type));
+    return;
+  }
+  // value_info may reallocate: values whose info lives there are relinked.
+  const ValueInfo* first = value_info.data();
+  std::vector<std::pair<Value*, size_t>> relink;
+  for (Value* x : values_)
+    if (x->info >= first && x->info < first + value_info.size()) relink.emplace_back(x, size_t(x->info - first));
+  ValueInfo& vi = value_info.emplace_back();
+  vi.name.set(v->name);
+  vi.type.set(std::move(type));
+  vi.value = v;
+  for (auto& [x, i] : relink) x->info = &value_info[i];
+  v->info = &value_info.back();
+}
+
 static bool defined_within(const Value* v, const Graph* root) {
   for (const Graph* s = v->graph; s; s = s->parent)
     if (s == root) return true;

@@ -319,6 +319,15 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   Node* replace_node(Node* old_node, Node* replacement);
   // Redirects every reader of `from` (nodes anywhere and graph outputs) to `to`.
   void replace_all_uses(Value* from, Value* to);
+  // Makes `v`, an output of a node of this graph, a constant holding `t`
+  // under its own name: an initializer, or, with `as_node` (function bodies
+  // have no initializers), the output of a new Constant node placed where its
+  // producer was. Readers and value_info stay. The producer loses that output
+  // and is removed once it has none left, so fold every read output of a node.
+  void set_constant(Value* v, std::unique_ptr<Tensor> t, bool as_node);
+  // Sets the TypeProto (raw bytes) describing `v`: its input/output/value_info
+  // entry, or a new value_info entry.
+  void set_value_type(Value* v, std::string type);
 
   // Nodes in an order where producers come first (stable: keeps the file's
   // order where it can). Throws ModelError naming a node on a cycle.

@@ -58,14 +58,14 @@ PassStats bypass_where(Model& model, const Judge& judge) {
     for (Node* n : candidates) {
       const char* why = judge(model, *g, *n);
       if (why == kNotMine) continue;
-      const std::string label = n->display_name();
+      const std::string label = n->display_name(), id = node_id(*n);
       if (!why) why = bypass(*g, n, n->inputs[0], n->outputs[0]);
       if (why) {
         stats.refused.push_back(label + ": " + why);
         continue;
       }
       stats.removed.push_back(label);
-      stats.rewrites.push_back({"bypassed", {n->name.value}, {}});
+      stats.rewrites.push_back({"bypassed", {id}, {}});
       ++stats.nodes_removed;
     }
   }

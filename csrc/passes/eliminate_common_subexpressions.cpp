@@ -67,7 +67,7 @@ void merge_nodes(Graph& g, PassStats& stats) {
       continue;
     }
     stats.removed.push_back(label + " (same as " + it->second->display_name() + ")");
-    stats.rewrites.push_back({"merged", {n->name.value}, {it->second->name.value}});
+    stats.rewrites.push_back({"merged", {node_id(*n)}, {node_id(*it->second)}});
     ++stats.nodes_removed;
   }
 }

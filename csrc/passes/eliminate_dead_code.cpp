@@ -34,7 +34,7 @@ void sweep(Graph& g, const std::set<FunctionKey>& local_functions, PassStats& st
     for (const Value* v : n->inputs)
       if (v && v->producer && v->producer->graph == &g) producers.push_back(v->producer);
     stats.removed.push_back(n->display_name());
-    stats.rewrites.push_back({"dead", {n->name.value}, {}});
+    stats.rewrites.push_back({"dead", {node_id(*n)}, {}});
     g.remove_node(n);
     ++stats.nodes_removed;
     work.insert(work.end(), producers.begin(), producers.end());

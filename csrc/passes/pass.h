@@ -19,6 +19,15 @@ struct Rewrite {
   std::vector<std::string> consumed, produced;
 };
 
+// How the report names a node: its name, or, for an unnamed one,
+// "Op->first output".
+inline std::string node_id(const ir::Node& n) {
+  if (!n.name.value.empty()) return n.name.value;
+  for (const ir::Value* v : n.outputs)
+    if (v) return n.op_type.value + "->" + v->name;
+  return n.op_type.value;
+}
+
 struct PassStats {
   int64_t nodes_removed = 0;
   int64_t nodes_added = 0;

@@ -514,6 +514,22 @@ std::string serialize(const Model& m) {
   return out;
 }
 
+std::string serialize_weightless(const Model& m, uint64_t threshold) {
+  Plan plan;
+  plan.files.push_back(kWeightlessLocation);
+  for (const Tensor* t : m.all_tensors()) {
+    const Blob* payload = t->raw_payload();
+    if (payload && payload->length > threshold) plan.placed[t] = Placement{0, 0};
+  }
+  uint64_t n = model_size(m, &plan);
+  std::string out;
+  out.reserve(n);
+  StringSink sink(out);
+  Writer w(sink, &plan);
+  emit(w, m);
+  return out;
+}
+
 SaveResult save_file(const Model& m, const std::string& path, const SaveOptions& opt) {
   SaveResult result;
   const std::string dir = dir_name(path);

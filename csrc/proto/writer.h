@@ -39,6 +39,12 @@ constexpr uint64_t kProtobufLimit = 0x7fffffff;  // 2 GiB - 1: protobuf's messag
 SaveResult save_file(const ir::Model& model, const std::string& path, const SaveOptions& options);
 // The whole model inline, external data read in. Throws past 2 GB.
 std::string serialize(const ir::Model& model);
+// The model with every raw tensor over `threshold` bytes left as an
+// external-data reference to kWeightlessLocation, a file that does not
+// exist: dims and types stay, the weights do not. For shape inference,
+// cheap and never past 2 GB.
+constexpr const char* kWeightlessLocation = "__pyonnxopt_weightless__";
+std::string serialize_weightless(const ir::Model& model, uint64_t threshold);
 // One TensorProto, inline.
 std::string serialize_tensor(const ir::Tensor& tensor);
 // One AttributeProto, inline (tensor data included): a canonical key for
