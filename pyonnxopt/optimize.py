@@ -9,12 +9,12 @@ import os
 from collections import Counter
 from typing import Iterable, Optional
 
-from pyonnxopt import check
+from pyonnxopt import check, shapes
 from pyonnxopt.errors import Error, ModelError, VerificationError
 from pyonnxopt.model import Model, load
-from pyonnxopt.passes import run_passes
+from pyonnxopt.passes import PassOptions, run_passes
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 log = logging.getLogger(__name__)
 
 
@@ -59,6 +59,13 @@ def optimize(
     max_iterations: int = 10,
     exclude_nodes: Iterable[str] = (),
     prune_outputs: Iterable[str] = (),
+    fold_size_limit: int = 1 << 20,
+    allow_lossy: bool = False,
+    remove_training_residue: bool = False,
+    input_shapes: Optional[dict] = None,
+    batch: Optional[int] = None,
+    check_inputs: Optional[dict] = None,
+    progress=None,
 ) -> tuple:
     """Optimizes a model (path, bytes, onnx.ModelProto or Model) and returns
     (Model, report dict). With `output`, saves it there (atomically) unless
@@ -78,7 +85,12 @@ def optimize(
     model = load(original_ref)
     _pin(model, exclude_nodes)
     _prune(model, prune_outputs)
-    model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations)
+    kept_outputs = [v.name for v in model.graph.outputs]
+    fixed = shapes.fix_input_shapes(model, input_shapes or {}, batch) if input_shapes or batch else []
+    options = PassOptions(fold_size_limit=fold_size_limit, allow_lossy=allow_lossy,
+                          remove_training_residue=remove_training_residue)
+    model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations, options=options,
+                                 progress=progress)
     report = {
         "version": REPORT_VERSION,
         "input": original.path or None,
@@ -87,6 +99,9 @@ def optimize(
         "nodes_after": len(list(model.nodes(recursive=True))),
         "op_counts_before": before,
         "op_counts_after": _op_counts(model),
+        "inputs_fixed": fixed,
+        "options": {"fold_size_limit": fold_size_limit, "allow_lossy": allow_lossy,
+                    "remove_training_residue": remove_training_residue},
         "iterations": pipeline.iterations,
         "converged": pipeline.converged,
         "passes": [dict(name=r.name, iteration=r.iteration, seconds=r.seconds, modified=r.modified, **r.stats)
@@ -102,7 +117,7 @@ def optimize(
                 raise
             model.save(os.fspath(output))
             optimized_ref, written = os.fspath(output), True
-        report["check"] = _check(original_ref, optimized_ref, seed)
+        report["check"] = _check(original_ref, optimized_ref, seed, check_inputs, bool(fixed), kept_outputs)
         mismatch = report["check"].get("first_mismatch")
         if mismatch and not force:
             if written:
@@ -114,11 +129,14 @@ def optimize(
     return model, report
 
 
-def _check(original_ref, optimized_ref, seed: int) -> dict:
+def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed: bool, outputs: list) -> dict:
+    """Compares in onnxruntime. With fixed input shapes the original runs on
+    inputs of the fixed shapes (which it accepts: its dims were dynamic)."""
     try:
-        result = check.compare(original_ref, optimized_ref, seed=seed)
+        result = check.compare(original_ref, optimized_ref, seed=seed, inputs=inputs, shapes_from_optimized=fixed,
+                               required_outputs=outputs)
     except check.CheckUnavailable as e:
         log.warning("not checked: %s", e)
         return {"skipped": str(e)}
     return {"outputs": result.outputs, "max_abs_diff": result.max_abs_diff,
-            "first_mismatch": result.first_mismatch, "seed": seed}
+            "first_mismatch": result.first_mismatch, "seed": None if inputs else seed}

@@ -17,7 +17,7 @@ def test_optimize_saves_a_checked_smaller_model(cnn_path, tmp_path):
     assert report["nodes_before"] == 16 and report["nodes_after"] == 13
     assert report["op_counts_after"].get("Identity", 0) == 0 and report["op_counts_after"].get("Dropout", 0) == 0
     assert report["check"]["first_mismatch"] is None and report["check"]["outputs"] == 1
-    assert report["converged"] and report["version"] == 1
+    assert report["converged"] and report["version"] == 2
     assert len(onnx.load(out).graph.node) == 13
     onnx.checker.check_model(str(out), full_check=True)
     assert len(onnx.load(cnn_path).graph.node) == 16  # input untouched

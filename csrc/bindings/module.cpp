@@ -444,6 +444,8 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("value"), py::arg("data_type"), py::arg("dims"), py::arg("data"), py::arg("as_node") = false,
            "Makes a node output a constant under its own name (an initializer, or a Constant node with as_node).")
+      .def("clear_value_info", [](const GraphRef& g) { return g.ptr->clear_value_info(); },
+           "Drops every value_info entry; returns how many.")
       .def("set_value_type",
            [](const GraphRef& g, const ValueRef& v, py::bytes type) {
              std::string t = type;

@@ -315,6 +315,19 @@ size_t Graph::remove_stale_value_info() {
   return before - kept;
 }
 
+size_t Graph::clear_value_info() {
+  const ValueInfo* first = value_info.data();
+  const ValueInfo* last = first + value_info.size();
+  for (Value* v : values_)
+    if (v->info >= first && v->info < last) v->info = nullptr;
+  const size_t n = value_info.size();
+  value_info.clear();
+  // A value described only there may also be a graph output.
+  for (auto& o : outputs)
+    if (o.value && !o.value->info && !is_function_body) o.value->info = &o;
+  return n;
+}
+
 Node* Graph::replace_node(Node* old_node, Node* replacement) {
   if (old_node->graph != this || old_node->removed) throw ModelError("node " + old_node->display_name() + " is not in this graph");
   if (!replacement->outputs.empty()) throw ModelError("a replacement node takes over the old node's outputs; give it none");

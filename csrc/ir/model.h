@@ -313,6 +313,8 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   size_t remove_unused_initializers(std::vector<std::string>& removed);
   // Drops value_info entries naming no value of this graph; returns how many.
   size_t remove_stale_value_info();
+  // Drops every value_info entry (types to be inferred again); returns how many.
+  size_t clear_value_info();
   // Puts `replacement` (from new_node(), with inputs and no outputs) where
   // `old_node` is; it takes over old_node's output values, so every reader
   // and graph output keeps its name. old_node is removed.

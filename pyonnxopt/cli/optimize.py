@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from pyonnxopt.cli.render import console
 
@@ -18,6 +19,16 @@ def add_parser(sub):
                    help="a node name (or glob) no pass may change or remove (repeatable)")
     p.add_argument("--prune-outputs", action="append", default=[], metavar="NAME",
                    help="a graph output (name or glob, e.g. 'aux_*') to drop with what only it needs (repeatable)")
+    p.add_argument("--fold-size-limit", default="1MiB", metavar="SIZE",
+                   help="skip a fold whose result is larger than its inputs and than SIZE (bytes, or e.g. 64KiB, 10MB; default 1MiB)")
+    p.add_argument("--allow-lossy", action="store_true",
+                   help="also remove Cast round trips that lose precision (float32 -> float16 -> float32)")
+    p.add_argument("--remove-training-residue", action="store_true",
+                   help="remove training-mode Dropout and ai.onnx.preview.training ops (reported otherwise)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME:DIMS",
+                   help="fix an input's shape, e.g. images:1,3,640,640 (repeatable)")
+    p.add_argument("--batch", type=int, metavar="N", help="fix the first dim of every input whose first dim is dynamic")
+    p.add_argument("--check-inputs", metavar="FILE.npz", help="inputs for the check (name -> array) instead of random ones")
     p.add_argument("--no-check", action="store_true", help="do not compare the result with the original in onnxruntime")
     p.add_argument("--force", action="store_true", help="write the result even when the check finds a difference")
     p.add_argument("--seed", type=int, default=0, help="seed of the check's random inputs (default 0)")
@@ -26,10 +37,38 @@ def add_parser(sub):
     p.set_defaults(run=run)
 
 
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3}
+
+
+def parse_size(text: str, flag: str) -> int:
+    """"1MiB" -> 1048576, "10MB" -> 10000000, "4096" -> 4096."""
+    from pyonnxopt.errors import Error
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise Error(f"{flag} {text!r}: expected a size such as 1048576, 512KiB or 10MB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def load_inputs(path: str) -> dict:
+    """name -> array from an .npz file."""
+    import numpy as np
+
+    from pyonnxopt.errors import Error
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError) as e:
+        raise Error(f"--check-inputs {path}: cannot read it as .npz ({e})") from None
+
+
 def run(args) -> int:
     from pyonnxopt.errors import Error
     from pyonnxopt.optimize import optimize
     from pyonnxopt.passes import get
+    from pyonnxopt.shapes import parse_input_shape
 
     names = [n.strip() for n in args.passes.split(",") if n.strip()] if args.passes else None
     for name in [*(names or []), *args.skip]:
@@ -39,8 +78,17 @@ def run(args) -> int:
             raise Error(f"--passes/--skip: {e.args[0]}") from None
     if not os.path.exists(args.input):
         raise Error(f"{args.input}: no such file")
-    _, report = optimize(args.input, args.output, passes=names, skip=args.skip, check_outputs=not args.no_check,
-                         force=args.force, seed=args.seed, exclude_nodes=args.exclude_node, prune_outputs=args.prune_outputs)
+    input_shapes = dict(parse_input_shape(spec) for spec in args.input_shape)
+    options = dict(passes=names, skip=args.skip, check_outputs=not args.no_check, force=args.force, seed=args.seed,
+                   exclude_nodes=args.exclude_node, prune_outputs=args.prune_outputs,
+                   fold_size_limit=parse_size(args.fold_size_limit, "--fold-size-limit"), allow_lossy=args.allow_lossy,
+                   remove_training_residue=args.remove_training_residue, input_shapes=input_shapes, batch=args.batch,
+                   check_inputs=load_inputs(args.check_inputs) if args.check_inputs else None)
+    with console(stderr=True).status("optimizing") as status:
+        def progress(name, iteration):
+            status.update(f"optimizing: {name} (iteration {iteration})")
+
+        _, report = optimize(args.input, args.output, progress=progress, **options)
     if args.report:
         with open(args.report, "w") as f:
             json.dump(report, f, indent=2)
@@ -73,6 +121,11 @@ def render(report: dict) -> None:
                            str(r.get("nodes_removed", 0)), str(r.get("initializers_removed", 0)),
                            "; ".join(r.get("refused", []))[:120])
     out.print(passes)
+    if report.get("inputs_fixed"):
+        out.print(f"inputs fixed: {', '.join(report['inputs_fixed'])}")
+    skipped = [x for r in report["passes"] if r["name"].startswith("fold_constants") for x in r.get("refused", [])]
+    if skipped:
+        out.print(f"[yellow]{len(set(skipped))} fold(s) skipped[/yellow] (see the report's passes[].refused), e.g. {skipped[0]}")
     check = report["check"]
     if check is None:
         out.print("not checked (--no-check)")
@@ -81,5 +134,6 @@ def render(report: dict) -> None:
     elif check["first_mismatch"]:
         out.print(f"[red]written despite a difference (--force): {check['first_mismatch']}[/red]")
     else:
+        inputs = f"seed {check['seed']}" if check["seed"] is not None else "given inputs"
         out.print(f"checked in onnxruntime: {check['outputs']} outputs match (max abs diff {check['max_abs_diff']:.1e}, "
-                  f"seed {check['seed']})")
+                  f"{inputs})")

@@ -13,7 +13,7 @@ def human_bytes(n) -> str:
     return f"{n} B"
 
 
-def console():
+def console(stderr: bool = False):
     from rich.console import Console
 
-    return Console()
+    return Console(stderr=stderr)

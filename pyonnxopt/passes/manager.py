@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from pyonnxopt.errors import PassError
 from pyonnxopt.model import Model, load
@@ -38,6 +38,7 @@ def run_passes(
     skip: Iterable[str] = (),
     max_iterations: int = 10,
     options: Optional[PassOptions] = None,
+    progress: Optional[Callable[[str, int], None]] = None,
 ) -> tuple:
     """Runs `passes` (default: every registered pass) minus `skip` on `model`
     (a Model, path, bytes or onnx.ModelProto) to a fixed point. Returns the
@@ -55,12 +56,16 @@ def run_passes(
         report.iterations = iteration
         changed = False
         for p in chosen:
+            if progress:
+                progress(p.name, iteration)
             start = time.perf_counter()
             try:
                 result = p.run(model, options)
             except Exception as e:
                 raise PassError(f"pass {p.name} failed after {', '.join(done) or 'no other pass'}: {e}") from e
             seconds = time.perf_counter() - start
+            for key, empty in (("nodes_removed", 0), ("nodes_added", 0), ("refused", []), ("rewrites", [])):
+                result.stats.setdefault(key, empty)  # every pass's record has these
             report.runs.append(PassRun(p.name, iteration, seconds, result.modified, result.stats))
             log.debug("%s (iteration %d): %s in %.3f s", p.name, iteration, result.stats, seconds)
             done.append(p.name)

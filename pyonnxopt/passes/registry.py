@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from pyonnxopt import _core
 from pyonnxopt.passes.base import NativePass, Pass
+from pyonnxopt.passes.fold_constants_onnxruntime import FoldConstantsOnnxruntime
+from pyonnxopt.passes.infer_shapes import InferShapes
 
 _PASSES: dict = {name: NativePass(name, description) for name, description in _core.native_passes()}
+for _p in (InferShapes(), FoldConstantsOnnxruntime()):
+    _PASSES[_p.name] = _p
+
+# The default pipeline's order; passes registered later run after these.
+DEFAULT_ORDER = [
+    "infer_shapes", "eliminate_identity", "eliminate_dropout", "eliminate_nop", "fold_constants",
+    "fold_constants_onnxruntime", "eliminate_common_subexpressions", "eliminate_dead_code",
+]
 
 
 def register(p: Pass) -> Pass:
@@ -31,4 +41,6 @@ def get(name: str) -> Pass:
 
 
 def all_passes() -> list:
-    return list(_PASSES.values())
+    """Every pass, in the default pipeline's order."""
+    rank = {name: i for i, name in enumerate(DEFAULT_ORDER)}
+    return sorted(_PASSES.values(), key=lambda p: rank.get(p.name, len(rank)))

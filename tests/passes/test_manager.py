@@ -56,7 +56,7 @@ def python_passes():
 
 def test_python_passes_and_errors_name_the_pass_and_those_before(python_passes):
     m, report = run_passes(MODEL, passes=["eliminate_dead_code", "test_count_nodes"])
-    assert report.runs[1].stats == {"nodes": 2}
+    assert report.runs[1].stats == {"nodes": 2, "nodes_removed": 0, "nodes_added": 0, "refused": [], "rewrites": []}
     with pytest.raises(pyonnxopt.PassError, match="pass test_broken_pass failed after eliminate_dead_code: boom"):
         run_passes(MODEL, passes=["eliminate_dead_code", "test_broken_pass"])
     with pytest.raises(ValueError, match="taken"):

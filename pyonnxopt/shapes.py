@@ -1,0 +1,154 @@
+"""Shapes: onnx's shape inference run on a weightless copy of the model (so
+it is cheap and works past 2 GB), its results written back as value_info;
+and fixing dynamic input dims (`--input-shape`, `--batch`)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Mapping, Optional, Sequence
+
+from pyonnxopt.errors import Error
+from pyonnxopt.model import Graph, Model
+
+log = logging.getLogger(__name__)
+
+# Tensors up to this size keep their data in the copy: shape inference reads
+# small constants (Reshape targets, Slice bounds) to infer through them.
+WEIGHTLESS_THRESHOLD = 1 << 16
+
+
+def _known_dims(type_proto) -> int:
+    """How much a TypeProto says: -1 not a tensor, 0 no shape, else 1 + known dims."""
+    if not type_proto.HasField("tensor_type"):
+        return -1
+    t = type_proto.tensor_type
+    if not t.HasField("shape"):
+        return 0
+    return 1 + sum(d.HasField("dim_value") for d in t.shape.dim)
+
+
+def _known_dims_of(value) -> int:
+    t = value.type
+    if t.get("kind") != "tensor":
+        return -1 if t else -2
+    shape = t.get("shape")
+    return 0 if shape is None else 1 + sum(isinstance(d, int) for d in shape)
+
+
+def infer(model: Model, update_outputs: bool = False) -> dict:
+    """Infers types and shapes and records them as value_info where the model
+    says less (never changing graph inputs, nor outputs unless
+    `update_outputs`). Inference that fails on a node leaves the rest
+    inferred; a model onnx cannot infer at all is left as it was. Returns
+    {"values_typed": n} or {"failed": reason}."""
+    import onnx
+
+    try:
+        proto = onnx.ModelProto.FromString(model._core.serialize_weightless(WEIGHTLESS_THRESHOLD))
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as e:  # onnx raises several kinds; none may stop the passes that need no shapes
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        log.warning("shape inference failed: %s", reason)
+        return {"failed": reason}
+    typed = _write_back(inferred.graph, model.graph, update_outputs)
+    return {"values_typed": typed}
+
+
+def _write_back(pg, g: Graph, update_outputs: bool) -> int:
+    typed = 0
+    entries = list(pg.value_info) + (list(pg.output) if update_outputs else [])
+    for vi in entries:
+        v = g.value(vi.name)
+        if v is None or v.graph != g or v.is_graph_input or not vi.HasField("type"):
+            continue
+        if v.is_graph_output and not update_outputs:
+            continue
+        if _known_dims(vi.type) > _known_dims_of(v):
+            g.set_value_type(v, vi.type.SerializeToString())
+            typed += 1
+    # Subgraphs: nodes correspond one to one, in order; subgraph attributes too.
+    for pn, n in zip(pg.node, g.nodes):
+        if pn.op_type != n.op_type:
+            break
+        bodies = [a.g for a in pn.attribute if a.HasField("g")] + [s for a in pn.attribute for s in a.graphs]
+        for pbody, body in zip(bodies, n.subgraphs):
+            typed += _write_back(pbody, body, False)
+    return typed
+
+
+# ---------------------------------------------------------------- input shapes
+
+_SPEC = re.compile(r"^(?P<name>.+):(?P<dims>[^:]*)$")
+
+
+def parse_input_shape(spec: str) -> tuple:
+    """"name:1,3,640,640" -> ("name", [1, 3, 640, 640]); a dim may stay
+    symbolic by name ("name:N,3,640,640"). Raises Error on a malformed spec."""
+    m = _SPEC.match(spec)
+    if not m or not m.group("dims").strip():
+        raise Error(f"--input-shape {spec!r}: expected NAME:D1,D2,... (e.g. images:1,3,640,640)")
+    dims: list = []
+    for part in m.group("dims").split(","):
+        part = part.strip()
+        if re.fullmatch(r"\d+", part):
+            dims.append(int(part))
+        elif re.fullmatch(r"[A-Za-z_][\w.]*", part):
+            dims.append(part)
+        else:
+            raise Error(f"--input-shape {spec!r}: dim {part!r} is neither a non-negative integer nor a symbol name")
+    return m.group("name"), dims
+
+
+def fix_input_shapes(model: Model, shapes: Mapping[str, Sequence] = (), batch: Optional[int] = None) -> list:
+    """Sets the dims of graph inputs: `shapes` maps input names to full
+    shapes; `batch` fixes the first dim of every input where it is not a
+    number yet. Intermediate types are then inferred again, and graph output
+    shapes follow. Returns the inputs changed. Raises Error on an unknown
+    input, a rank that does not match, or a static dim that would change."""
+    import onnx
+
+    shapes = dict(shapes or {})
+    if batch is not None and batch < 1:
+        raise Error(f"--batch {batch}: must be at least 1")
+    inputs = {v.name: v for v in model.graph.inputs if v.initializer is None}
+    for name in shapes:
+        if name not in inputs:
+            raise Error(f"--input-shape: the model has no input {name!r} (inputs: {', '.join(inputs) or 'none'})")
+    changed = []
+    for name, v in inputs.items():
+        if name not in shapes and batch is None:
+            continue
+        raw = v.type_proto
+        tp = onnx.TypeProto.FromString(raw) if raw is not None else onnx.TypeProto()
+        if not tp.HasField("tensor_type"):
+            if name in shapes:
+                raise Error(f"--input-shape: input {name!r} is not a tensor")
+            continue
+        dims = tp.tensor_type.shape.dim
+        if name in shapes:
+            new = list(shapes[name])
+            if tp.tensor_type.HasField("shape") and len(dims) != len(new):
+                raise Error(f"--input-shape: input {name!r} has rank {len(dims)}, the shape given has {len(new)} dims")
+        else:
+            if not tp.tensor_type.HasField("shape") or not dims or dims[0].HasField("dim_value"):
+                continue
+            new = [batch] + [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims[1:]]
+        for i, d in enumerate(new):
+            if isinstance(d, int) and i < len(dims) and dims[i].HasField("dim_value") and dims[i].dim_value != d:
+                raise Error(f"--input-shape: input {name!r} dim {i} is {dims[i].dim_value} in the model, not {d}")
+        tp.tensor_type.shape.Clear()
+        for d in new:
+            dim = tp.tensor_type.shape.dim.add()
+            if isinstance(d, int):
+                dim.dim_value = d
+            elif d:
+                dim.dim_param = d
+        model.graph.set_value_type(v, tp.SerializeToString())
+        changed.append(name)
+    if changed:
+        for g in model.graphs():
+            if not g.is_function_body:
+                g.clear_value_info()
+        infer(model, update_outputs=True)
+    return changed
