@@ -86,7 +86,7 @@ def optimize(
     _pin(model, exclude_nodes)
     _prune(model, prune_outputs)
     kept_outputs = [v.name for v in model.graph.outputs]
-    fixed = shapes.fix_input_shapes(model, input_shapes or {}, batch) if input_shapes or batch else []
+    fixed = shapes.fix_input_shapes(model, input_shapes or {}, batch) if input_shapes or batch is not None else []
     options = PassOptions(fold_size_limit=fold_size_limit, allow_lossy=allow_lossy,
                           remove_training_residue=remove_training_residue)
     model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations, options=options,

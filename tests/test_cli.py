@@ -85,3 +85,38 @@ def test_passes_lists_the_native_passes(capsys):
 def test_python_dash_m(cnn_path):
     r = subprocess.run([sys.executable, "-m", "pyonnxopt", "info", str(cnn_path), "--json"], capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout)["node_count"] == 16
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--input-shape", "input"], "--input-shape 'input': expected NAME:D1,D2"),
+    (["--input-shape", "nope:1,3,8,8"], "--input-shape: the model has no input 'nope'"),
+    (["--fold-size-limit", "lots"], "--fold-size-limit 'lots': expected a size"),
+    (["--skip", "no_such_pass"], "unknown pass 'no_such_pass'"),
+    (["--batch", "0"], "--batch 0: must be at least 1"),
+    (["--check-inputs", "missing.npz"], "--check-inputs missing.npz: cannot read it"),
+])
+def test_optimize_flag_errors_are_one_line_exit_2(cnn_path, tmp_path, flags, needle, capsys):
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(cnn_path), str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_optimize_flags_reach_the_report(cnn_path, tmp_path, capsys):
+    import numpy as np
+
+    inputs = tmp_path / "inputs.npz"
+    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    np.savez(inputs, image=x)
+    report = tmp_path / "r.json"
+    rc = main(["optimize", str(cnn_path), str(tmp_path / "o.onnx"), "--fold-size-limit", "64KiB", "--allow-lossy",
+               "--remove-training-residue", "--batch", "1", "--check-inputs", str(inputs), "--report", str(report)])
+    assert rc == 0
+    r = json.loads(report.read_text())
+    assert r["options"] == {"fold_size_limit": 65536, "allow_lossy": True, "remove_training_residue": True}
+    assert r["check"]["first_mismatch"] is None and r["check"]["seed"] is None
+    assert "checked in onnxruntime: 1 outputs match" in capsys.readouterr().out
+    np.savez(inputs, other=x)
+    assert main(["optimize", str(cnn_path), str(tmp_path / "o.onnx"), "--check-inputs", str(inputs)]) == 2
+    assert "check inputs: the model has no input 'other'" in capsys.readouterr().err

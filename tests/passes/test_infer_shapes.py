@@ -1,0 +1,52 @@
+"""infer_shapes: value_info written back; weightless; failures do not stop the pipeline."""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import pyonnxopt
+from pyonnxopt import shapes
+from pyonnxopt.passes import run_passes
+
+from helpers import parse, run_pass
+
+
+def test_intermediate_types_are_recorded_and_outputs_are_not_touched():
+    m, r = run_pass("infer_shapes", parse("""g (float[N, 3, 8] x) => (float y) {
+        t = Transpose <perm = [0, 2, 1]> (x)
+        y = ReduceSum <keepdims = 0> (t)
+    }"""))
+    assert m.graph.value("t").type["shape"] == ["N", 8, 3]
+    assert m.graph.value("y").type["shape"] == []  # declared rank 0 stays
+    assert not r.modified and r.stats["values_typed"] == 1
+
+
+def test_inference_sees_dims_of_weights_it_never_reads():
+    big = numpy_helper.from_array(np.zeros((512, 256), np.float32), "w")  # 512 KiB: left out of the copy
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 512])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [big])
+    m = pyonnxopt.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    proto = onnx.ModelProto.FromString(m._core.serialize_weightless(shapes.WEIGHTLESS_THRESHOLD))
+    assert len(proto.SerializeToString()) < 4096 and proto.graph.initializer[0].data_location == 1
+    shapes.infer(m)
+    assert m.graph.value("h").type["shape"] == ["B", 256]
+
+
+def test_subgraph_values_are_typed(if_model):
+    m, _ = run_pass("infer_shapes", if_model)
+    assert m.graph.value("sq").type["shape"] == [2]
+
+
+def test_a_failing_inference_is_reported_and_the_passes_go_on(monkeypatch):
+    def fail(*args, **kwargs):
+        raise onnx.shape_inference.InferenceError("[ShapeInferenceError] broken on purpose")
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", fail)
+    m, report = run_passes(parse("""g (float[2] x) => (float[2] y) {
+        a = Identity(x)
+        y = Relu(a)
+    }"""))
+    first = report.runs[0]
+    assert first.name == "infer_shapes" and "broken on purpose" in first.stats["refused"][0]
+    assert [n.op_type for n in m.graph.nodes] == ["Relu"]

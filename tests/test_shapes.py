@@ -1,0 +1,60 @@
+"""--input-shape / --batch: parsing, fixing, errors, and what folds afterwards."""
+
+import numpy as np
+import onnx
+import pytest
+
+import pyonnxopt
+from pyonnxopt import Error
+from pyonnxopt.shapes import fix_input_shapes, parse_input_shape
+
+from passes.helpers import outputs, parse
+
+DYNAMIC = """g (float[N, 3, H, W] images, int64[N, T] ids) => (float[N, 3, H, W] y, int64[N, T] z) {
+    y = Relu(images)
+    z = Identity(ids)
+}"""
+
+
+def test_specs_parse_and_bad_ones_name_the_problem():
+    assert parse_input_shape("images:1,3,640,640") == ("images", [1, 3, 640, 640])
+    assert parse_input_shape("a:b:N, 3") == ("a:b", ["N", 3])
+    for bad, why in [("images", "expected NAME:D1,D2"), ("images:", "expected NAME:D1,D2"),
+                     ("images:1,-3", "dim '-3'"), ("images:1,,3", "dim ''")]:
+        with pytest.raises(Error, match=why):
+            parse_input_shape(bad)
+
+
+def test_fixing_shapes_and_batch_updates_outputs():
+    m = pyonnxopt.load(parse(DYNAMIC))
+    assert fix_input_shapes(m, {"images": [1, 3, 64, 48]}, batch=2) == ["images", "ids"]
+    assert m.graph.value("images").type["shape"] == [1, 3, 64, 48]
+    assert m.graph.value("ids").type["shape"] == [2, "T"]
+    assert m.graph.value("y").type["shape"] == [1, 3, 64, 48]
+    onnx.checker.check_model(m.to_onnx(), full_check=True)
+
+
+@pytest.mark.parametrize("shapes, batch, message", [
+    ({"nope": [1]}, None, "no input 'nope' \\(inputs: images, ids\\)"),
+    ({"images": [1, 3, 64]}, None, "rank 4, the shape given has 3"),
+    ({"images": [1, 4, 64, 64]}, None, "dim 1 is 3 in the model, not 4"),
+    ({}, 0, "--batch 0"),
+])
+def test_bad_requests_are_errors(shapes, batch, message):
+    with pytest.raises(Error, match=message):
+        fix_input_shapes(pyonnxopt.load(parse(DYNAMIC)), shapes, batch)
+
+
+def test_after_fixing_the_shape_arithmetic_folds_away(tmp_path):
+    proto = parse("""g (float[N, 3, 4] x) => (float[N, 12] y) <int64 zero = {0}, int64[1] twelve = {12}> {
+        s = Shape(x)
+        n = Gather <axis = 0> (s, zero)
+        nn = Unsqueeze(n, zero)
+        shape = Concat <axis = 0> (nn, twelve)
+        y = Reshape(x, shape)
+    }""")
+    model, report = pyonnxopt.optimize(proto, input_shapes={"x": [5, 3, 4]})
+    assert [n.op_type for n in model.graph.nodes] == ["Reshape"]
+    assert report["inputs_fixed"] == ["x"] and report["check"]["first_mismatch"] is None
+    x = np.arange(60, dtype=np.float32).reshape(5, 3, 4)
+    np.testing.assert_array_equal(outputs(model, {"x": x})[0], x.reshape(5, 12))
