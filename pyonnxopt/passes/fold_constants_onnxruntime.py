@@ -6,8 +6,9 @@ of the graph become initializers under their own names.
 
 Refuses, saying why in the report:
   1. a result larger than the fold size limit and larger than the constants
-     it was computed from (growth-aware), judged from inferred shapes before
-     running where they are known, else after;
+     it frees (growth-aware: a constant something else still reads is not
+     freed), judged from inferred shapes before running where they are
+     known, else after;
   2. a growing op (ConstantOfShape, Expand, Tile, ...) whose output size is
      not known before running;
   3. a node onnxruntime cannot run (its error's first line); nodes reading
@@ -65,14 +66,15 @@ def _elem_bytes(value) -> int:
 
 
 class _Plan:
-    """The candidates of one graph: constant-input nodes, what each reads, and
-    which outputs the rest of the graph reads."""
+    """The candidates of one graph: constant-input nodes, the constants each
+    result depends on, and which outputs the rest of the graph reads."""
 
     def __init__(self, graph: Graph, options: PassOptions):
         self.nodes: list = []
         self.leaves: dict = {}  # node -> {constant values its result depends on}
         self.refused: list = []
-        produced: dict = {}  # value -> candidate node
+        self.produced: dict = {}  # value -> candidate node
+        found = []
         for n in graph.topological_order():
             if n.domain not in ("", "ai.onnx") or n.op_type in NEVER_FOLDED or n.subgraphs:
                 continue
@@ -83,8 +85,8 @@ class _Plan:
             for v in n.inputs:
                 if v is None:
                     continue
-                if v in produced:
-                    leaves |= self.leaves[produced[v]]
+                if v in self.produced:
+                    leaves |= self.leaves[self.produced[v]]
                 elif v.initializer is not None and not v.is_graph_input:
                     leaves.add(v)
                 else:
@@ -93,19 +95,34 @@ class _Plan:
                 if n.pinned:
                     self.refused.append(f"'{n.name}' ({n.op_type}): excluded from optimization")
                     continue
-                if why := self._too_big_to_try(n, outputs, leaves, options):
-                    self.refused.append(f"'{n.name}' ({n.op_type}): not folded: {why}")
-                    continue
-                self.nodes.append(n)
+                found.append(n)
                 self.leaves[n] = leaves
                 for v in outputs:
-                    produced[v] = n
-        self.produced = produced
+                    self.produced[v] = n
+        # A constant counts as a fold's input size only if folding frees it
+        # (nothing else reads it): folding a transposed copy of a shared
+        # embedding would add its whole size to the model.
+        chosen = set(found)
+        self.freed = {v for n in found for v in self.leaves[n]
+                      if not v.is_graph_output and all(u in chosen for u, _ in v.uses)}
+        dropped: set = set()
+        for n in found:
+            if any(v is not None and self.produced.get(v) in dropped for v in n.inputs):
+                dropped.add(n)
+            elif why := self._too_big_to_try(n, options):
+                self.refused.append(f"'{n.name}' ({n.op_type}): not folded: {why}")
+                dropped.add(n)
+            else:
+                self.nodes.append(n)
 
-    @staticmethod
-    def _too_big_to_try(n, outputs, leaves, options) -> Optional[str]:
-        allowed = max(options.fold_size_limit, sum(v.initializer.nbytes for v in leaves))
-        for v in outputs:
+    def allowed_bytes(self, node, options: PassOptions) -> int:
+        return max(options.fold_size_limit, sum(v.initializer.nbytes for v in self.leaves[node] & self.freed))
+
+    def _too_big_to_try(self, n, options) -> Optional[str]:
+        allowed = self.allowed_bytes(n, options)
+        for v in n.outputs:
+            if v is None:
+                continue
             numel = _static_numel(v)
             if numel is None:
                 if n.op_type in GROWING:
@@ -257,7 +274,7 @@ class FoldConstantsOnnxruntime(Pass):
             by_producer[v.producer].append(v)
         produced = []
         for producer, values in by_producer.items():
-            allowed = max(options.fold_size_limit, sum(v.initializer.nbytes for v in plan.leaves[producer]))
+            allowed = plan.allowed_bytes(producer, options)
             arrays = [np.asarray(results[v]) for v in values]
             why = None
             if any(a.dtype.kind in "OUS" for a in arrays):

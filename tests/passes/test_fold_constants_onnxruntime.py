@@ -156,3 +156,23 @@ def test_excluded_nodes_and_multi_output_nodes():
     assert m.check_invariants() == []
     onnx.checker.check_model(m.to_onnx(), full_check=True)
     np.testing.assert_array_equal(outputs(m, {"x": np.zeros(4, np.float32)})[0], want[0])
+
+
+def test_a_copy_of_a_constant_that_stays_is_growth():
+    """A tied embedding: Sin(E) next to a Gather of E itself. Folding would add
+    E's size to the model, so past the limit it is refused; alone it folds."""
+    e = numpy_helper.from_array(np.ones((64, 64), np.float32), "e")  # 16 KiB
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [2])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])
+    g = helper.make_tensor_value_info("g", TensorProto.FLOAT, [2, 64])
+    shared = model([helper.make_node("Gather", ["e", "ids"], ["g"]), helper.make_node("Sin", ["e"], ["s"], name="sin"),
+                    helper.make_node("Add", ["x", "s"], ["y"])], [ids, x], [g, y], [e])
+    got, r = run(shared, fold_size_limit=1024)
+    assert [n.op_type for n in got.graph.nodes] == ["Gather", "Sin", "Add"]
+    assert any("'sin' (Sin): not folded: result of 16384 bytes passes the fold size limit (1024 bytes)" in x
+               for x in r.stats["refused"])
+    alone = model([helper.make_node("Sin", ["e"], ["s"], name="sin"), helper.make_node("Add", ["x", "s"], ["y"])],
+                  [x], [y], [e])
+    got, r = run(alone, fold_size_limit=1024)
+    assert [n.op_type for n in got.graph.nodes] == ["Add"]
