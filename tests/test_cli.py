@@ -120,3 +120,13 @@ def test_optimize_flags_reach_the_report(cnn_path, tmp_path, capsys):
     np.savez(inputs, other=x)
     assert main(["optimize", str(cnn_path), str(tmp_path / "o.onnx"), "--check-inputs", str(inputs)]) == 2
     assert "check inputs: the model has no input 'other'" in capsys.readouterr().err
+
+
+def test_commands_import_only_what_they_use(cnn_path, tmp_path):
+    """info, passes and optimize --no-check on a model with nothing for onnxruntime to fold never import it."""
+    code = ("import sys; from pyonnxopt.cli import main; "
+            f"main(['info', {str(cnn_path)!r}]); main(['passes']); "
+            f"main(['optimize', {str(cnn_path)!r}, {str(tmp_path / 'o.onnx')!r}, '--no-check']); "
+            "print(sorted(m for m in ('onnxruntime', 'torch', 'numba', 'cupy', 'tensorrt') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "[]"
