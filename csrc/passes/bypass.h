@@ -21,7 +21,9 @@ extern const char* const kNotMine;
 // The body of the passes that remove pass-through nodes: over every graph,
 // `judge` says of each standard-domain node with a first input and output
 // kNotMine, a reason to refuse, or nullptr; then the node is bypassed (first
-// input -> first output) and counted, or the refusal recorded.
+// input -> first output) and counted, or the refusal recorded. A reason is
+// copied before `judge` is called again, so it may point into the judge's
+// own buffer.
 using Judge = std::function<const char*(const ir::Model&, const ir::Graph&, const ir::Node&)>;
 PassStats bypass_where(ir::Model& model, const Judge& judge);
 

@@ -1,0 +1,51 @@
+// What the model states about a value without running it: its element type,
+// its shape, and, for a constant, its integers. For passes that decide a
+// rewrite from static facts only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "ir/model.h"
+
+namespace pyonnxopt::passes {
+
+// The element type of a tensor value when the model states it (initializer,
+// declared type, or the `to` of the Cast that makes it), else 0.
+int32_t known_elem_type(const ir::Value* v);
+
+// A dimension whose size is not stated (symbolic or missing).
+constexpr int64_t kUnknownDim = -1;
+
+// The shape of a tensor value, one entry per axis (kUnknownDim where the size
+// is not stated), or nullopt when not even the rank is known. It comes from
+// an initializer's dims, else from the value's type (value_info, graph input
+// or output). A graph input with an initializer can be fed another tensor,
+// so only its declared type counts.
+std::optional<std::vector<int64_t>> known_shape(const ir::Value* v);
+
+// True when every dim of `shape` is known.
+bool fully_static(const std::vector<int64_t>& shape);
+
+// A constant integer tensor's values: `v` is an initializer that is not a
+// graph input (that one can be fed), of type int64 or int32, with readable
+// data. Otherwise nullopt and `why` (when given) says which of these failed.
+std::optional<std::vector<int64_t>> constant_ints(const ir::Value* v, const char** why = nullptr);
+
+// An integer list that a node takes as attribute `attr` before default-domain
+// opset `since` and as input `input` from then on (Slice's starts, Squeeze's
+// axes, ...). When the opset is not imported, an attribute of that name wins.
+struct IntList {
+  bool present = false;          // false: the optional list was not given
+  const char* why = nullptr;     // present but not a known constant: why
+  std::vector<int64_t> values;   // present and known
+  bool known() const { return present && !why; }
+};
+IntList int_list(const ir::Model& model, const ir::Graph& graph, const ir::Node& node, const char* attr,
+                 size_t input, int64_t since);
+
+// The named attribute of `node`, or nullptr.
+const ir::Attribute* find_attribute(const ir::Node& node, const char* name);
+
+}  // namespace pyonnxopt::passes
