@@ -10,14 +10,9 @@
 from pyonnxopt.errors import Error, MissingDependency, ModelError, PassError, VerificationError
 from pyonnxopt.model import Function, Graph, Model, Node, SaveResult, Tensor, Value, load
 
-
-def optimize(source, output=None, **options):
-    """Runs the passes on a model (path, bytes, onnx.ModelProto or Model),
-    checks the result in onnxruntime and, given `output`, saves it; returns
-    (Model, report). See pyonnxopt.optimize.optimize for the options."""
-    from pyonnxopt.optimize import optimize as run
-
-    return run(source, output, **options)
+# Imported here, not on first call: importing the submodule later would bind
+# `pyonnxopt.optimize` to the module instead of the function.
+from pyonnxopt.optimize import optimize  # noqa: E402
 
 __version__ = "0.1.0"
 
