@@ -173,16 +173,29 @@ Status cast_to(const KernelContext& ctx, const Array& x, int32_t to, Outputs& ou
 
 Status cast(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
   const ir::Attribute* to = attribute(ctx.node, "to");
-  if (in.size() != 1 || !in[0] || !to || !to->i.has) return unsupported(why, "Cast takes one input and `to`");
+  if (in.size() != 1 || !in[0] || !to || !attributes_are(ctx.node, cast_attributes(ctx.opset, true)))
+    return unsupported(why, "Cast takes one input and `to`");
   return cast_to(ctx, *in[0], static_cast<int32_t>(to->i.value), out, why);
 }
 
 Status cast_like(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
   if (in.size() != 2 || !in[0] || !in[1]) return unsupported(why, "CastLike takes two inputs");
+  if (ctx.opset < 15 || !attributes_are(ctx.node, cast_attributes(ctx.opset, false)))
+    return unsupported(why, "no CastLike at this opset, or other attributes");
   return cast_to(ctx, *in[0], in[1]->dtype, out, why);
 }
 
 }  // namespace
+
+// saturate (opset 19) and round_mode (24) apply to float8 targets only,
+// which stay unsupported.
+std::vector<AttrSpec> cast_attributes(int64_t opset, bool with_to) {
+  std::vector<AttrSpec> specs;
+  if (with_to) specs.push_back({"to", ir::AttrType::kInt});  // an int from Cast-6; Cast-1's is a string
+  if (opset >= 19) specs.push_back({"saturate", ir::AttrType::kInt});
+  if (opset >= 24) specs.push_back({"round_mode", ir::AttrType::kString});
+  return specs;
+}
 
 void add_cast_kernels(KernelTable& t) {
   t["Cast"] = cast;

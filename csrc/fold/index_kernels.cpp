@@ -13,12 +13,14 @@ namespace {
 
 using Inputs = std::vector<const Array*>;
 using Outputs = std::vector<Array>;
+constexpr ir::AttrType Int = ir::AttrType::kInt, Ints = ir::AttrType::kInts;
 
 bool movable(const Array* a) { return a && element_size(a->dtype) != 0; }
 
 Status gather(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
   if (in.size() != 2 || !movable(in[0]) || !in[1] || (in[1]->dtype != kInt64 && in[1]->dtype != kInt32))
     return unsupported(why, "Gather takes data and int32/int64 indices");
+  if (!attributes_are(ctx.node, {{"axis", Int}})) return unsupported(why, "attributes other than axis");
   const Array& x = *in[0];
   const int64_t rank = static_cast<int64_t>(x.dims.size());
   int64_t axis;
@@ -48,6 +50,9 @@ Status gather(const KernelContext& ctx, const Inputs& in, Outputs& out, std::str
 // Slice's starts, ends, axes, steps: attributes before opset 10, inputs from 10.
 bool slice_arguments(const KernelContext& ctx, const Inputs& in, std::vector<int64_t>& starts,
                      std::vector<int64_t>& ends, std::vector<int64_t>& axes, std::vector<int64_t>& steps, bool& has_axes) {
+  if (!attributes_are(ctx.node, ctx.opset < 10 ? std::vector<AttrSpec>{{"starts", Ints}, {"ends", Ints}, {"axes", Ints}}
+                                                : std::vector<AttrSpec>{}))
+    return false;
   if (ctx.opset < 10) {
     const ir::Attribute* s = attribute(ctx.node, "starts");
     const ir::Attribute* e = attribute(ctx.node, "ends");
@@ -58,12 +63,12 @@ bool slice_arguments(const KernelContext& ctx, const Inputs& in, std::vector<int
     has_axes = a != nullptr;
     if (a) axes = a->ints;
     steps.assign(starts.size(), 1);
-    return true;
+    return !any_negative(axes);
   }
   if (in.size() < 3 || in.size() > 5 || !int_list(in[1], starts) || !int_list(in[2], ends)) return false;
   if (in[1]->dtype != in[2]->dtype) return false;
   has_axes = in.size() > 3 && in[3];
-  if (has_axes && !int_list(in[3], axes)) return false;
+  if (has_axes && (!int_list(in[3], axes) || (!negative_axes_ok(ctx) && any_negative(axes)))) return false;
   if (in.size() > 4 && in[4]) return int_list(in[4], steps);
   steps.assign(starts.size(), 1);
   return true;
@@ -118,12 +123,14 @@ Status slice(const KernelContext& ctx, const Inputs& in, Outputs& out, std::stri
 
 Status concat(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
   const ir::Attribute* axis_attr = attribute(ctx.node, "axis");
-  if (in.empty() || !axis_attr || !axis_attr->i.has) return unsupported(why, "Concat without inputs or axis");
+  if (in.empty() || !axis_attr || !attributes_are(ctx.node, {{"axis", Int}}))
+    return unsupported(why, "Concat without inputs or axis");
   for (const Array* a : in)
     if (!movable(a) || a->dtype != in[0]->dtype || a->dims.size() != in[0]->dims.size())
       return unsupported(why, "inputs of different types or ranks");
   const std::vector<int64_t>& first = in[0]->dims;
   int64_t axis;
+  if (axis_attr->i.value < 0 && !negative_axes_ok(ctx)) return unsupported(why, "negative axis before opset 11");
   if (!normalize_axis(axis_attr->i.value, static_cast<int64_t>(first.size()), axis))
     return unsupported(why, "axis out of range");
   std::vector<int64_t> dims = first;
@@ -157,6 +164,10 @@ Status concat(const KernelContext& ctx, const Inputs& in, Outputs& out, std::str
 bool split_sizes(const KernelContext& ctx, const Inputs& in, int64_t dim, size_t parts, std::vector<int64_t>& sizes) {
   const ir::Attribute* split_attr = attribute(ctx.node, "split");
   const ir::Attribute* num = attribute(ctx.node, "num_outputs");
+  const std::vector<AttrSpec> specs = ctx.opset < 13    ? std::vector<AttrSpec>{{"axis", Int}, {"split", Ints}}
+                                      : ctx.opset < 18 ? std::vector<AttrSpec>{{"axis", Int}}
+                                                       : std::vector<AttrSpec>{{"axis", Int}, {"num_outputs", Int}};
+  if (!attributes_are(ctx.node, specs)) return false;
   bool given = false;
   if (ctx.opset < 13) {
     if (in.size() != 1) return false;
@@ -181,7 +192,7 @@ bool split_sizes(const KernelContext& ctx, const Inputs& in, int64_t dim, size_t
   if (ctx.opset >= 18) {
     if (!num) return false;  // the spec wants split or num_outputs
     const int64_t chunk = dim / n + (dim % n != 0);
-    if (chunk * (n - 1) > dim) return false;
+    if (n > 1 && chunk > dim / (n - 1)) return false;  // chunk * (n - 1) > dim: no last part left
     sizes.assign(parts, chunk);
     sizes.back() = dim - chunk * (n - 1);
     return true;
@@ -195,6 +206,7 @@ Status split(const KernelContext& ctx, const Inputs& in, Outputs& out, std::stri
   if (in.empty() || !movable(in[0]) || ctx.node.outputs.empty()) return unsupported(why, "malformed Split");
   const Array& x = *in[0];
   int64_t axis;
+  if (int_attribute(ctx.node, "axis", 0) < 0 && !negative_axes_ok(ctx)) return unsupported(why, "negative axis before opset 11");
   if (!normalize_axis(int_attribute(ctx.node, "axis", 0), static_cast<int64_t>(x.dims.size()), axis))
     return unsupported(why, "axis out of range");
   std::vector<int64_t> sizes;
@@ -206,7 +218,7 @@ Status split(const KernelContext& ctx, const Inputs& in, Outputs& out, std::stri
     std::vector<int64_t> dims = x.dims;
     dims[static_cast<size_t>(axis)] = size;
     uint64_t count;
-    count_of(dims, count);  // no larger than the input
+    if (!count_of(dims, count)) return unsupported(why, "a part's element count overflows");
     out.push_back(gather_elements(x, dims, dims, count, [&](size_t j, int64_t i) {
       return static_cast<uint64_t>((static_cast<int64_t>(j) == axis ? at : 0) + i) * stride[j];
     }));
@@ -219,6 +231,7 @@ Status expand(const KernelContext& ctx, const Inputs& in, Outputs& out, std::str
   std::vector<int64_t> shape;
   if (in.size() != 2 || !movable(in[0]) || !in[1] || in[1]->dtype != kInt64 || !int_list(in[1], shape))
     return unsupported(why, "Expand takes data and a 1-D int64 shape");
+  if (ctx.opset < 8 || !attributes_are(ctx.node, {})) return unsupported(why, "no Expand at this opset, or attributes");
   const Array& x = *in[0];
   const size_t rank = std::max(x.dims.size(), shape.size());
   std::vector<int64_t> dims(rank), xdims(rank, 1);  // xdims: the input's dims aligned right
@@ -244,6 +257,7 @@ Status tile(const KernelContext& ctx, const Inputs& in, Outputs& out, std::strin
   if (in.size() != 2 || !movable(in[0]) || !in[1] || in[1]->dtype != kInt64 || !int_list(in[1], repeats) ||
       repeats.size() != in[0]->dims.size())
     return unsupported(why, "Tile takes data and one int64 repeat per axis");
+  if (ctx.opset < 6 || !attributes_are(ctx.node, {})) return unsupported(why, "Tile-1 (tiles, axis), or attributes");
   const Array& x = *in[0];
   std::vector<int64_t> dims(x.dims.size());
   for (size_t j = 0; j < dims.size(); ++j) {
@@ -264,7 +278,8 @@ Status tile(const KernelContext& ctx, const Inputs& in, Outputs& out, std::strin
 }
 
 Status transpose(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  if (in.size() != 1 || !movable(in[0])) return unsupported(why, "Transpose takes one input");
+  if (in.size() != 1 || !movable(in[0]) || !attributes_are(ctx.node, {{"perm", Ints}}))
+    return unsupported(why, "Transpose takes one input and perm");
   const Array& x = *in[0];
   const int64_t rank = static_cast<int64_t>(x.dims.size());
   std::vector<int64_t> perm;

@@ -25,31 +25,27 @@ Array Partial::to_array() const {
   return Array::of(kInt64, dims, v);
 }
 
-Partial shape_of(const KernelContext& ctx, const PartialDims& dims) {
+bool shape_or_size(const KernelContext& ctx, const PartialDims& dims, Partial& out) {
+  out = Partial{};
+  if (ctx.node.op_type.value == "Size") {
+    if (!attributes_are(ctx.node, {})) return false;
+    out.scalar = true;
+    std::vector<int64_t> known;
+    for (const auto& d : dims)
+      if (d) known.push_back(*d);
+    uint64_t n;
+    const bool fits = known.size() == dims.size() && count_of(known, n) &&
+                      n <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    out.values.push_back(fits ? std::optional<int64_t>(static_cast<int64_t>(n)) : std::nullopt);
+    return true;
+  }
+  if (!attributes_are(ctx.node, ctx.opset >= 15 ? std::vector<AttrSpec>{{"start", ir::AttrType::kInt}, {"end", ir::AttrType::kInt}}
+                                                : std::vector<AttrSpec>{}))
+    return false;
   int64_t begin, end;
   shape_range(ctx, static_cast<int64_t>(dims.size()), begin, end);
-  Partial p;
-  p.values.assign(dims.begin() + begin, dims.begin() + end);
-  return p;
-}
-
-Partial size_of(const PartialDims& dims) {
-  Partial p;
-  p.scalar = true;
-  std::vector<int64_t> known;
-  for (const auto& d : dims) {
-    if (!d) {
-      p.values.push_back(std::nullopt);
-      return p;
-    }
-    known.push_back(*d);
-  }
-  uint64_t n;
-  if (count_of(known, n) && n <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    p.values.push_back(static_cast<int64_t>(n));
-  else
-    p.values.push_back(std::nullopt);
-  return p;
+  out.values.assign(dims.begin() + begin, dims.begin() + end);
+  return true;
 }
 
 namespace {
@@ -57,7 +53,7 @@ namespace {
 // Cast keeps the values; to int32 they wrap as the kernel's Cast would.
 bool cast(const KernelContext& ctx, const Partial& in, Partial& out) {
   const int64_t to = int_attribute(ctx.node, "to", 0);
-  if (to != kInt64 && to != kInt32) return false;
+  if ((to != kInt64 && to != kInt32) || !attributes_are(ctx.node, cast_attributes(ctx.opset, true))) return false;
   out = in;
   out.dtype = static_cast<int32_t>(to);
   if (to == kInt32)
@@ -124,7 +120,10 @@ bool propagate(const KernelContext& ctx, const std::vector<const Partial*>& part
   out = Partial{};
   out.dtype = first->dtype;
   out.scalar = results[0].dims.empty();
-  for (int64_t position : results[0].values<int64_t>()) out.values.push_back(table[static_cast<size_t>(position)]);
+  for (int64_t position : results[0].values<int64_t>()) {
+    if (position < 0 || static_cast<uint64_t>(position) >= table.size()) return false;  // not a moved element
+    out.values.push_back(table[static_cast<size_t>(position)]);
+  }
   return true;
 }
 

@@ -31,9 +31,9 @@ struct Partial {
   Array to_array() const;  // all elements known
 };
 
-// Shape (start/end from opset 15) and Size of a tensor with these dims.
-Partial shape_of(const KernelContext& ctx, const PartialDims& dims);
-Partial size_of(const PartialDims& dims);
+// Shape (start/end from opset 15) or Size of a tensor with these dims
+// (ctx.node says which); false on attributes the op does not have.
+bool shape_or_size(const KernelContext& ctx, const PartialDims& dims, Partial& out);
 
 // One node of Gather, Slice, Concat, Squeeze, Unsqueeze, Identity, Cast (to
 // int64 or int32) whose inputs are each partial or constant: partials[i]

@@ -16,6 +16,7 @@ namespace {
 
 using Inputs = std::vector<const Array*>;
 using Outputs = std::vector<Array>;
+constexpr ir::AttrType Int = ir::AttrType::kInt, Ints = ir::AttrType::kInts, Tensor = ir::AttrType::kTensor;
 
 Array with_dims(const Array& a, std::vector<int64_t> dims) {
   Array out = a;
@@ -23,14 +24,16 @@ Array with_dims(const Array& a, std::vector<int64_t> dims) {
   return out;
 }
 
-Status identity(const KernelContext&, const Inputs& in, Outputs& out, std::string& why) {
-  if (in.size() != 1 || !in[0]) return unsupported(why, "Identity takes one input");
+Status identity(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
+  if (in.size() != 1 || !in[0] || !attributes_are(ctx.node, {})) return unsupported(why, "Identity takes one input");
   out.push_back(*in[0]);
   return Status::kDone;
 }
 
 Status shape(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
   if (in.size() != 1 || !in[0]) return unsupported(why, "Shape takes one input");
+  if (!attributes_are(ctx.node, ctx.opset >= 15 ? std::vector<AttrSpec>{{"start", Int}, {"end", Int}} : std::vector<AttrSpec>{}))
+    return unsupported(why, "attributes Shape does not have at this opset");
   const std::vector<int64_t>& dims = in[0]->dims;
   int64_t begin, end;
   shape_range(ctx, static_cast<int64_t>(dims.size()), begin, end);
@@ -39,8 +42,8 @@ Status shape(const KernelContext& ctx, const Inputs& in, Outputs& out, std::stri
   return Status::kDone;
 }
 
-Status size(const KernelContext&, const Inputs& in, Outputs& out, std::string& why) {
-  if (in.size() != 1 || !in[0]) return unsupported(why, "Size takes one input");
+Status size(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
+  if (in.size() != 1 || !in[0] || !attributes_are(ctx.node, {})) return unsupported(why, "Size takes one input");
   out.push_back(Array::of<int64_t>(kInt64, {}, {static_cast<int64_t>(in[0]->numel())}));
   return Status::kDone;
 }
@@ -48,6 +51,10 @@ Status size(const KernelContext&, const Inputs& in, Outputs& out, std::string& w
 // Reshape: shape input from opset 5, the `shape` attribute before.
 Status reshape(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
   if (in.empty() || !in[0]) return unsupported(why, "no data");
+  const std::vector<AttrSpec> specs = ctx.opset < 5    ? std::vector<AttrSpec>{{"shape", Ints}, {"consumed_inputs", Ints}}
+                                      : ctx.opset >= 14 ? std::vector<AttrSpec>{{"allowzero", Int}}
+                                                        : std::vector<AttrSpec>{};
+  if (!attributes_are(ctx.node, specs)) return unsupported(why, "attributes Reshape does not have at this opset");
   std::vector<int64_t> target;
   if (ctx.opset >= 5) {
     if (in.size() != 2 || !in[1] || in[1]->dtype != kInt64 || !int_list(in[1], target))
@@ -87,10 +94,12 @@ Status reshape(const KernelContext& ctx, const Inputs& in, Outputs& out, std::st
 }
 
 Status flatten(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  if (in.size() != 1 || !in[0]) return unsupported(why, "Flatten takes one input");
+  if (in.size() != 1 || !in[0] || !attributes_are(ctx.node, {{"axis", Int}}))
+    return unsupported(why, "Flatten takes one input and an axis");
   const Array& x = *in[0];
   const int64_t rank = static_cast<int64_t>(x.dims.size());
   int64_t axis = int_attribute(ctx.node, "axis", 1);
+  if (axis < 0 && !negative_axes_ok(ctx)) return unsupported(why, "negative axis before opset 11");
   if (axis < 0) axis += rank;
   if (axis < 0 || axis > rank) return unsupported(why, "axis out of range");
   uint64_t outer, inner;
@@ -107,14 +116,14 @@ Status flatten(const KernelContext& ctx, const Inputs& in, Outputs& out, std::st
 bool axes_of(const KernelContext& ctx, const Inputs& in, std::vector<int64_t>& axes, bool& given) {
   const ir::Attribute* a = attribute(ctx.node, "axes");
   if (ctx.opset < 13) {
-    if (in.size() > 1) return false;
+    if (in.size() > 1 || !attributes_are(ctx.node, {{"axes", Ints}})) return false;
     given = a != nullptr;
     if (a) axes = a->ints;
-    return true;
+    return negative_axes_ok(ctx) || !any_negative(axes);
   }
-  if (a || in.size() > 2) return false;
+  if (a || in.size() > 2 || !attributes_are(ctx.node, {})) return false;
   given = in.size() == 2 && in[1];
-  return !given || int_list(in[1], axes);
+  return !given || (in[1]->dtype == kInt64 && int_list(in[1], axes));
 }
 
 Status squeeze(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
@@ -163,8 +172,12 @@ Status unsqueeze(const KernelContext& ctx, const Inputs& in, Outputs& out, std::
 
 Status constant_of_shape(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
   std::vector<int64_t> dims;
+  if (ctx.opset < 9 || !attributes_are(ctx.node, {{"value", Tensor}}))
+    return unsupported(why, "no ConstantOfShape at this opset, or other attributes");
   if (in.size() != 1 || !in[0] || in[0]->dtype != kInt64 || !int_list(in[0], dims))
     return unsupported(why, "shape is not a 1-D int64 tensor");
+  for (int64_t d : dims)
+    if (d < 0) return unsupported(why, "negative dim in shape");
   Array value = Array::of<float>(kFloat, {}, {0.0f});
   if (const ir::Attribute* a = attribute(ctx.node, "value")) {
     std::string bad;
@@ -225,6 +238,8 @@ Status range_float(const KernelContext& ctx, int32_t dtype, T start, T limit, T 
 }
 
 Status range(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
+  if (ctx.opset < 11 || !attributes_are(ctx.node, ctx.opset >= 27 ? std::vector<AttrSpec>{{"stash_type", Int}} : std::vector<AttrSpec>{}))
+    return unsupported(why, "no Range at this opset, or other attributes");
   if (in.size() != 3 || !is_scalar_like(in[0]) || !is_scalar_like(in[1]) || !is_scalar_like(in[2]))
     return unsupported(why, "Range takes three scalars");
   const int32_t t = in[0]->dtype;

@@ -5,6 +5,24 @@
 
 namespace pyonnxopt::fold {
 
+bool attributes_are(const ir::Node& n, const std::vector<AttrSpec>& allowed) {
+  for (const ir::Attribute& a : n.attributes) {
+    const AttrSpec* spec = nullptr;
+    for (const AttrSpec& s : allowed)
+      if (a.name.value == s.name) spec = &s;
+    if (!spec || a.ref_attr_name.has) return false;
+    bool ok;
+    switch (spec->type) {  // the field that holds the value is set
+      case ir::AttrType::kInt: ok = a.i.has; break;
+      case ir::AttrType::kTensor: ok = a.t != nullptr; break;
+      case ir::AttrType::kString: ok = a.s.has; break;
+      default: ok = true; break;  // lists: an empty one has no field set
+    }
+    if (!ok || (a.type.has && a.type.value != static_cast<int32_t>(spec->type))) return false;
+  }
+  return true;
+}
+
 bool normalize_axis(int64_t axis, int64_t rank, int64_t& out) {
   if (axis < -rank || axis >= rank) return false;
   out = axis < 0 ? axis + rank : axis;
@@ -27,7 +45,7 @@ bool count_of(const std::vector<int64_t>& dims, uint64_t& count) {
 bool too_big_or_overflow(const KernelContext& ctx, int32_t dtype, const std::vector<int64_t>& dims, uint64_t& count,
                          std::string& why) {
   if (!count_of(dims, count)) {
-    why = "result's element count overflows (or a dim is negative)";
+    why = "result's element count overflows";
     return true;
   }
   return too_big(ctx, dtype, count, why);

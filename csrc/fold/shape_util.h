@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fold/kernels.h"
@@ -16,9 +17,32 @@ namespace pyonnxopt::fold {
 void add_index_kernels(KernelTable& t);  // Gather, Slice, Concat, Split, Expand, Tile, Transpose
 void add_cast_kernels(KernelTable& t);   // Cast, CastLike
 
+// An attribute an op has at the node's opset: its name and type.
+struct AttrSpec {
+  std::string_view name;
+  ir::AttrType type;
+};
+// True when each of the node's attributes is one of `allowed`, of its type
+// and with a value. Anything else is a model that is not valid at its opset
+// (Shape's start before opset 15, Reshape's shape after 5), which is left to
+// the runtime to reject.
+bool attributes_are(const ir::Node& n, const std::vector<AttrSpec>& allowed);
+
+// Cast's attributes at `opset` (CastLike's: without `to`).
+std::vector<AttrSpec> cast_attributes(int64_t opset, bool with_to);
+
 inline Status unsupported(std::string& why, std::string what) {
   why = std::move(what);
   return Status::kUnsupported;
+}
+
+// Negative axes count from the back from opset 11; before, the specs of
+// Concat, Flatten, Slice, Split, Squeeze and Unsqueeze ask for non-negative ones.
+inline bool negative_axes_ok(const KernelContext& ctx) { return ctx.opset >= 11; }
+inline bool any_negative(const std::vector<int64_t>& v) {
+  for (int64_t x : v)
+    if (x < 0) return true;
+  return false;
 }
 
 // `axis` in [-rank, rank) as an index in [0, rank); false outside.
@@ -26,7 +50,7 @@ bool normalize_axis(int64_t axis, int64_t rank, int64_t& out);
 // Product of `dims`; false on a negative dim or a running product past
 // uint64 (dims the model loader would refuse, even with a 0 further on).
 bool count_of(const std::vector<int64_t>& dims, uint64_t& count);
-// too_big(), also when the element count could not even be computed.
+// too_big(), also when the element count overflows (dims not negative).
 bool too_big_or_overflow(const KernelContext& ctx, int32_t dtype, const std::vector<int64_t>& dims,
                          uint64_t& count, std::string& why);
 // An int32 or int64 tensor of rank 1 (or rank 0 too, with `scalar_ok`) as

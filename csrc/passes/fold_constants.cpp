@@ -80,8 +80,9 @@ std::optional<fold::Partial> partial_result(const fold::KernelContext& ctx, Cons
   if (op == "Shape" || op == "Size") {
     if (n.inputs.size() != 1 || !n.inputs[0]) return std::nullopt;
     std::optional<fold::PartialDims> dims = known_dims(n.inputs[0]);
-    if (!dims) return std::nullopt;
-    return op == "Shape" ? fold::shape_of(ctx, *dims) : fold::size_of(*dims);
+    fold::Partial out;
+    if (!dims || !fold::shape_or_size(ctx, *dims, out)) return std::nullopt;
+    return out;
   }
   std::vector<const fold::Partial*> partial_inputs;
   std::vector<const Array*> constant_inputs;
@@ -104,6 +105,14 @@ bool can_hold(bool as_nodes, int64_t opset, const std::vector<Array>& outputs) {
   for (const Array& a : outputs)
     if (a.dtype != fold::kFloat && a.dtype != fold::kDouble && a.dtype != fold::kFloat16) return false;
   return true;
+}
+
+// An attribute that names one of the enclosing function's attributes
+// (ref_attr_name) has its value only at each call site.
+bool refers_to_function_attributes(const Node& n) {
+  for (const Attribute& a : n.attributes)
+    if (a.ref_attr_name.has) return true;
+  return false;
 }
 
 bool is_read(const Value* v) { return v && (!v->uses.empty() || v->is_graph_output()); }
@@ -143,7 +152,7 @@ PassStats FoldConstants::run(Model& model, const PassOptions& options) const {
         continue;
       }
       fold::Kernel kernel = fold::find_kernel(op);
-      if (!kernel) continue;
+      if (!kernel || refers_to_function_attributes(*n)) continue;
       std::vector<const Array*> inputs;
       uint64_t input_bytes = 0;
       bool all_constant = true;

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import onnx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -329,7 +329,8 @@ def test_cast_float32_bits_to_float16_and_bfloat16(bits):
     """Any float32 bit pattern: float16 as numpy, bfloat16 as onnxruntime (both round once from float32)."""
     x = np.array(bits, np.uint32).view(np.float32)
     m, _ = fold(cast_model(x, TensorProto.FLOAT16))
-    want = x.astype(np.float16)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
     got = initializers(m)["y"]
     assert np.array_equal(np.isnan(got), np.isnan(want))
     assert (got.view(np.uint16)[~np.isnan(want)] == want.view(np.uint16)[~np.isnan(want)]).all()
@@ -453,7 +454,7 @@ def test_huge_dims_with_zero_elements():
     dims = {name: list(t.dims) for name, t in folded.items()}
     assert dims["c"] == [0, 2**40, 2**40] and dims["e"] == [0, 2**40, 2**40] and dims["g"] == [0, 1, 2**40] and dims["l"] == [0, 2**40, 2]
     assert numpy_helper.to_array(folded["s"]).tolist() == [0, 2**40, 2**40]
-    assert [x.split(": ", 1)[1] for x in r.stats["refused"]] == ["not folded: result's element count overflows (or a dim is negative)"]
+    assert [x.split(": ", 1)[1] for x in r.stats["refused"]] == ["not folded: result's element count overflows"]
 
 
 # ---- the size limit: growth is refused, a result not larger than its inputs folds ----
@@ -660,6 +661,80 @@ def test_unknown_rank_is_left_alone():
     assert ops(fold(model)[0]) == ["Relu", "Shape"]
 
 
+def test_shape_of_a_constant_kernels_cannot_read_folds_from_its_dims():
+    model = with_tensors("""g () => (int64[2] s, int64 n) {
+        s = Shape(w)
+        n = Size(w)
+    }""", w=helper.make_tensor("w", TensorProto.STRING, [2, 1], [b"a", b"b"]))
+    m, _ = fold(model)
+    assert ops(m) == [] and initializers(m)["s"].tolist() == [2, 1] and initializers(m)["n"] == 2
+
+
+def test_partial_int32_concat_with_an_int32_constant():
+    before = parse("""g (float[N,3] x) => (int32[2] a, int32 b) <int64[1] st = {1}, int64[1] en = {3}, int32[1] k = {-1}, int64 one = {1}> {
+        s = Shape(x)
+        s32 = Cast <to = 6> (s)
+        c = Concat <axis = 0> (s32, k)
+        a = Slice(c, st, en)
+        b = Gather(c, one)
+    }""")
+    m, _ = fold(before)
+    got = initializers(m)
+    assert got["a"].dtype == np.int32 and got["a"].tolist() == [3, -1] and got["b"] == 3
+    run_symbolic(before, m, (4, 3))
+
+
+def test_partial_value_read_inside_an_if_body():
+    then = helper.make_graph([helper.make_node("Gather", ["s", "one"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.INT64, [])])
+    other = helper.make_graph([helper.make_node("Gather", ["s", "zero"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.INT64, [])])
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+        "main", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [])],
+        [numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    before = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m, r = fold(before)
+    assert [p for x in r.stats["rewrites"] for p in x["produced"]] == ["t"]
+    bodies = {g.name: [n.op_type for n in g.nodes] for g in m.graphs()[1:]}
+    assert bodies == {"then": [], "else": ["Gather"]}
+    for c in (True, False):
+        feeds = {"x": np.zeros((3, 5), np.float32), "c": np.array(c)}
+        assert_same(outputs(m, feeds)[0], outputs(before, feeds)[0])
+
+
+def test_function_attribute_references_are_left_alone():
+    """axis = @axis: its value exists only at each call site."""
+    gather = helper.make_node("Gather", ["data", "idx"], ["y"])
+    gather.attribute.append(onnx.AttributeProto(name="axis", ref_attr_name="axis", type=onnx.AttributeProto.INT))
+    body = [helper.make_node("Constant", [], ["data"], value=numpy_helper.from_array(np.arange(6, dtype=np.int64).reshape(2, 3))),
+            helper.make_node("Constant", [], ["idx"], value=numpy_helper.from_array(np.array(1, np.int64))), gather]
+    f = helper.make_function("local", "pick", [], ["y"], body, [helper.make_opsetid("", 17)], attributes=["axis"])
+    graph = helper.make_graph([helper.make_node("pick", [], ["y"], domain="local", axis=1)], "main", [],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, [2])])
+    before = helper.make_model(graph, functions=[f], opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    m, r = fold(before)
+    assert [n.op_type for n in m.to_onnx().functions[0].node] == ["Constant", "Constant", "Gather"] and not r.modified
+    assert outputs(m, {})[0].tolist() == [1, 4]
+
+
+@pytest.mark.parametrize("opset,text", [
+    (13, """g () => (int64[1] y) <float[2,3] x = {1,2,3,4,5,6}> { y = Shape <start = 1> (x) }"""),
+    (10, """g () => (int64[2] y) <int64 s = {0}, int64 l = {2}, int64 d = {1}> { y = Range(s, l, d) }"""),
+    (14, """g () => (float[6] y) <float[2,3] x = {1,2,3,4,5,6}, int64[1] s = {6}> { y = Reshape <shape = [6]> (x, s) }"""),
+    (14, """g () => (int64[2] y) <int64[2] x = {1, 2}> { y = CastLike(x, x) }"""),
+    (10, """g () => (float[6,1] y) <float[2,3] x = {1,2,3,4,5,6}> { y = Flatten <axis = -1> (x) }"""),
+    (10, """g () => (int64[4] y) <int64[2] x = {1, 2}> { y = Concat <axis = -1> (x, x) }"""),
+    (11, """g () => (int64[2] y) <int64[1,2] x = {1, 2}> { y = Squeeze <axes = [0], extra = 1> (x) }"""),
+    (13, """g () => (int64[1,2] y) <int64[2] x = {1, 2}, int32[1] a = {0}> { y = Unsqueeze(x, a) }"""),
+    (17, """g () => (int64[2] y) <int64[2] x = {1, 2}> { y = Gather <axis = 0.0> (x, x) }"""),
+])
+def test_a_node_not_valid_at_its_opset_is_left_alone(opset, text):
+    """An op or attribute the opset does not have, a type it does not allow: the runtime rejects those."""
+    stays(text, opset, full_check=False)
+
+
 # ---- subgraphs, functions, IR 3 ----
 
 def test_folds_inside_if_and_loop_bodies_reading_outer_initializers():
@@ -688,7 +763,7 @@ def test_folds_inside_if_and_loop_bodies_reading_outer_initializers():
     before = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m, r = fold(before)
     assert ops(m) == ["If", "Loop"]
-    assert all(g.nodes == [] or [n.op_type for n in g.nodes] == ["Concat", "Identity"] for g in m.graphs()[1:])
+    assert {g.name: [n.op_type for n in g.nodes] for g in m.graphs()[1:]} == {"then": [], "else": [], "body": ["Concat", "Identity"]}
     folded = {p for x in r.stats["rewrites"] for p in x["produced"]}
     assert folded == {"ws", "t", "e", "w1f", "scan"}
     for c in (True, False):
@@ -802,3 +877,74 @@ def test_slice_random_arguments(data):
         return
     assert ops(m) == []
     assert_same(initializers(m)["y"], outputs(model, {})[0])
+
+
+# ---- a property: any node of the family, well formed or not ----
+
+FAMILY = ["Shape", "Size", "Gather", "Slice", "Concat", "Split", "Squeeze", "Unsqueeze", "Reshape", "Flatten", "Expand",
+          "Tile", "Transpose", "Range", "ConstantOfShape", "Cast", "CastLike", "Identity"]
+EDGE_INTS = st.one_of(st.integers(-4, 4), st.sampled_from([I64_MAX, I64_MIN, 2**31 - 1, -(2**31)]))
+
+
+@st.composite
+def small_tensors(draw, dtypes=(np.int64, np.int32, np.float32, np.bool_, np.uint8, np.float16, np.float64, np.int8)):
+    dtype = draw(st.sampled_from(dtypes))
+    dims = draw(st.lists(st.integers(0, 3), max_size=3))
+    n = int(np.prod(dims))
+    if np.issubdtype(dtype, np.floating):
+        values = draw(st.lists(st.sampled_from([0.5, -0.0, -2.7, 3.0, np.nan, np.inf, 1e10]), min_size=n, max_size=n))
+    elif dtype is np.bool_:
+        values = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    else:
+        info = np.iinfo(dtype)
+        values = [max(info.min, min(info.max, v)) for v in draw(st.lists(EDGE_INTS, min_size=n, max_size=n))]
+    with np.errstate(over="ignore"):
+        return np.array(values, dtype=np.float64 if np.issubdtype(dtype, np.floating) else None).astype(dtype).reshape(dims)
+
+
+@st.composite
+def family_nodes(draw):
+    op = draw(st.sampled_from(FAMILY))
+    opset = draw(st.sampled_from([9, 10, 11, 13, 15, 18, 19]))
+    int_lists = st.lists(EDGE_INTS, min_size=1, max_size=3)
+    pool = {"axis": EDGE_INTS, "axes": int_lists, "perm": st.lists(st.integers(-1, 3), min_size=1, max_size=3),
+            "starts": int_lists, "ends": int_lists, "split": st.lists(st.integers(-1, 3), min_size=1, max_size=3),
+            "num_outputs": st.integers(0, 3), "to": st.sampled_from([1, 2, 6, 7, 9, 10, 11, 12, 13, 0, 8, 99]),
+            "allowzero": st.integers(0, 1), "start": EDGE_INTS, "end": EDGE_INTS,
+            "shape": st.lists(st.integers(-2, 4), min_size=1, max_size=3)}
+    likely = {"Gather": ["axis"], "Concat": ["axis"], "Split": ["axis", "split", "num_outputs"], "Squeeze": ["axes"],
+              "Unsqueeze": ["axes"], "Slice": ["starts", "ends", "axes"], "Flatten": ["axis"], "Transpose": ["perm"],
+              "Cast": ["to"], "Reshape": ["allowzero", "shape"], "Shape": ["start", "end"]}.get(op, [])
+    attrs = {k: draw(pool[k]) for k in likely if draw(st.booleans())}
+    n_inputs = {"Concat": draw(st.integers(1, 3)), "Slice": draw(st.integers(1, 5)), "Range": 3}.get(op, draw(st.integers(1, 2)))
+    vectors = st.lists(st.integers(-3, 3), max_size=3).map(lambda v: np.array(v, np.int64))
+    index_like = st.one_of(vectors, vectors, vectors, small_tensors(dtypes=(np.int64, np.int32)))
+    inputs = [draw(small_tensors())] + [draw(index_like if op not in ("Concat", "CastLike") else small_tensors())
+                                        for _ in range(n_inputs - 1)]
+    if op == "Range":
+        dtype = draw(st.sampled_from([np.int64, np.int32, np.float32]))
+        inputs = [np.array(draw(st.integers(-6, 6)), dtype) for _ in range(3)]
+    n_outputs = draw(st.integers(1, 3)) if op == "Split" else 1
+    return op, opset, attrs, inputs, n_outputs
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family_nodes())
+def test_any_node_folds_only_as_onnxruntime_computes_it(case):
+    """Malformed nodes are left alone (never a crash); whatever folds, onnxruntime runs and agrees with."""
+    op, opset, attrs, inputs, n_outputs = case
+    names = [f"i{k}" for k in range(len(inputs))]
+    outs = [f"y{k}" for k in range(n_outputs)]
+    graph = helper.make_graph([helper.make_node(op, names, outs, **attrs)], "g", [], [onnx.ValueInfoProto(name=o) for o in outs],
+                              [numpy_helper.from_array(x, name) for x, name in zip(inputs, names)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m, r = fold(model, full_check=False, fold_size_limit=4096)
+    event(f"{op} folded" if r.modified else "left alone")
+    if not r.modified:
+        return
+    folded = {t.name: t for t in m.to_onnx().graph.initializer}
+    if any(folded[o].data_type == TensorProto.BFLOAT16 for o in outs):
+        return  # onnxruntime's Python API has no bfloat16 outputs; bfloat16 is checked above
+    want = outputs(model, {})  # an invalid node must not have folded: this raises
+    for o, w in zip(outs, want):
+        assert_same(numpy_helper.to_array(folded[o]), w)
