@@ -81,6 +81,7 @@ Status slice(const KernelContext& ctx, const Inputs& in, Outputs& out, std::stri
     return unsupported(why, "malformed Slice");
   const Array& x = *in[0];
   const int64_t rank = static_cast<int64_t>(x.dims.size());
+  if (rank == 0) return unsupported(why, "Slice of a scalar");  // onnxruntime refuses it, even with nothing to slice
   if (!has_axes)
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
   std::vector<int64_t> norm;

@@ -55,7 +55,10 @@ using Partials = std::unordered_map<const Value*, fold::Partial>;
 // declared type (value_info, graph input or output), a dim_param being
 // unknown. nullopt without a type or a rank.
 std::optional<fold::PartialDims> known_dims(const Value* v) {
-  if (const Tensor* t = constant_tensor(v)) return fold::PartialDims(t->dims.begin(), t->dims.end());
+  if (const Tensor* t = constant_tensor(v)) {
+    if (std::any_of(t->dims.begin(), t->dims.end(), [](int64_t d) { return d < 0; })) return std::nullopt;
+    return fold::PartialDims(t->dims.begin(), t->dims.end());
+  }
   if (!v->info || !v->info->type.has) return std::nullopt;
   proto::TypeDesc type;
   try {

@@ -175,6 +175,11 @@ KERNEL_CASES = {
         d = Range(s3, l3, d33)
         e = Range(s4, l4, d4)
     }"""),
+    "range_int_extremes": (17, """g () => (int32[4] a, int64[4] b) <int32 s = {-2147483648}, int32 l = {2147483647}, int32 d = {1073741824},
+            int64 s2 = {-9223372036854775808}, int64 l2 = {9223372036854775807}, int64 d2 = {4611686018427387904}> {
+        a = Range(s, l, d)
+        b = Range(s2, l2, d2)
+    }"""),
     "range_float": (17, """g () => (float[73] a, float[12] b, double[4] c) <float s = {0.1}, float l = {7.3}, float d = {0.1},
             float s2 = {1.0}, float l2 = {-3.3}, float d2 = {-0.37}, double s3 = {0.5}, double l3 = {2.0}, double d3 = {0.4}> {
         a = Range(s, l, d)
