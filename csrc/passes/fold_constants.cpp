@@ -1,9 +1,13 @@
 #include "passes/fold_constants.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "fold/kernels.h"
+#include "fold/partial.h"
+#include "proto/type_info.h"
+#include "proto/wire.h"
 
 namespace pyonnxopt::passes {
 
@@ -11,6 +15,16 @@ using namespace ir;
 using fold::Array;
 
 namespace {
+
+// The tensor a constant value holds: an initializer that is not also a
+// graph input (an input can be fed), or a Constant node's `value`.
+const Tensor* constant_tensor(const Value* v) {
+  if (v->initializer && !v->is_graph_input) return v->initializer;
+  const Node* p = v->producer;
+  if (!p || p->op_type.value != "Constant" || !p->domain.value.empty() || p->attributes.size() != 1) return nullptr;
+  const Attribute& a = p->attributes[0];
+  return a.name.value == "value" ? a.t.get() : nullptr;
+}
 
 // The constants of one graph scope, read once and cached.
 class Constants {
@@ -21,22 +35,88 @@ class Constants {
     if (it != cache_.end()) return it->second.dtype ? &it->second : nullptr;
     Array& a = cache_[v];
     std::string why;
-    const Tensor* t = source(v);
+    const Tensor* t = constant_tensor(v);
     if (!t || !fold::to_array(*t, a, why)) a = Array{};
     return a.dtype ? &a : nullptr;
   }
   void forget(const Value* v) { cache_.erase(v); }
+  // A value computed but left in the graph (see can_hold), for its readers.
+  void remember(const Value* v, Array a) { cache_[v] = std::move(a); }
 
  private:
-  static const Tensor* source(const Value* v) {
-    if (v->initializer && !v->is_graph_input) return v->initializer;
-    const Node* p = v->producer;
-    if (!p || p->op_type.value != "Constant" || !p->domain.value.empty() || p->attributes.size() != 1) return nullptr;
-    const Attribute& a = p->attributes[0];
-    return a.name.value == "value" ? a.t.get() : nullptr;
-  }
   std::unordered_map<const Value*, Array> cache_;
 };
+
+// Partial shape values by the value they describe, for the whole model (a
+// subgraph may read one of its parent's).
+using Partials = std::unordered_map<const Value*, fold::Partial>;
+
+// The dims of `v` as far as they are known: a constant's, else those of its
+// declared type (value_info, graph input or output), a dim_param being
+// unknown. nullopt without a type or a rank.
+std::optional<fold::PartialDims> known_dims(const Value* v) {
+  if (const Tensor* t = constant_tensor(v)) {
+    if (std::any_of(t->dims.begin(), t->dims.end(), [](int64_t d) { return d < 0; })) return std::nullopt;
+    return fold::PartialDims(t->dims.begin(), t->dims.end());
+  }
+  if (!v->info || !v->info->type.has) return std::nullopt;
+  proto::TypeDesc type;
+  try {
+    type = proto::decode_type(v->info->type.value);
+  } catch (const proto::ParseError&) {
+    return std::nullopt;
+  }
+  if (type.kind != "tensor" || !type.has_shape) return std::nullopt;
+  fold::PartialDims dims;
+  for (const proto::Dim& d : type.dims)
+    dims.push_back(d.has_value && d.value >= 0 ? std::optional<int64_t>(d.value) : std::nullopt);
+  return dims;
+}
+
+// The node's output as a partial shape value: Shape or Size of a value with
+// known rank, or Gather, Slice, Concat ... over partial values and constants.
+std::optional<fold::Partial> partial_result(const fold::KernelContext& ctx, Constants& constants,
+                                            const Partials& partials) {
+  const Node& n = ctx.node;
+  if (n.outputs.size() != 1) return std::nullopt;
+  const std::string& op = n.op_type.value;
+  if (op == "Shape" || op == "Size") {
+    if (n.inputs.size() != 1 || !n.inputs[0]) return std::nullopt;
+    std::optional<fold::PartialDims> dims = known_dims(n.inputs[0]);
+    fold::Partial out;
+    if (!dims || !fold::shape_or_size(ctx, *dims, out)) return std::nullopt;
+    return out;
+  }
+  std::vector<const fold::Partial*> partial_inputs;
+  std::vector<const Array*> constant_inputs;
+  for (const Value* v : n.inputs) {
+    auto it = v ? partials.find(v) : partials.end();
+    partial_inputs.push_back(it == partials.end() ? nullptr : &it->second);
+    constant_inputs.push_back(v && !partial_inputs.back() ? constants.find(v) : nullptr);
+    if (v && !partial_inputs.back() && !constant_inputs.back()) return std::nullopt;
+  }
+  fold::Partial out;
+  if (!fold::propagate(ctx, partial_inputs, constant_inputs, out)) return std::nullopt;
+  return out;
+}
+
+// Before opset 9, Constant holds only float16, float and double: where a
+// result must become a Constant node (function bodies, IR < 4), other types
+// stay where they are, their values passed on to the nodes that read them.
+bool can_hold(bool as_nodes, int64_t opset, const std::vector<Array>& outputs) {
+  if (!as_nodes || opset >= 9) return true;
+  for (const Array& a : outputs)
+    if (a.dtype != fold::kFloat && a.dtype != fold::kDouble && a.dtype != fold::kFloat16) return false;
+  return true;
+}
+
+// An attribute that names one of the enclosing function's attributes
+// (ref_attr_name) has its value only at each call site.
+bool refers_to_function_attributes(const Node& n) {
+  for (const Attribute& a : n.attributes)
+    if (a.ref_attr_name.has) return true;
+  return false;
+}
 
 bool is_read(const Value* v) { return v && (!v->uses.empty() || v->is_graph_output()); }
 
@@ -57,6 +137,7 @@ bool constant_to_initializer(Graph& g, Node* n, Constants& constants) {
 PassStats FoldConstants::run(Model& model, const PassOptions& options) const {
   PassStats stats;
   const bool old_ir = model.ir_version.has && model.ir_version.value < 4;
+  Partials partials;
   for (Graph* g : model.all_graphs()) {
     const bool as_nodes = g->is_function_body || old_ir;
     const int64_t opset = default_opset(model, *g);
@@ -74,38 +155,55 @@ PassStats FoldConstants::run(Model& model, const PassOptions& options) const {
         continue;
       }
       fold::Kernel kernel = fold::find_kernel(op);
-      if (!kernel) continue;
+      if (!kernel || refers_to_function_attributes(*n)) continue;
       std::vector<const Array*> inputs;
       uint64_t input_bytes = 0;
       bool all_constant = true;
       for (const Value* v : n->inputs) {
         const Array* a = v ? constants.find(v) : nullptr;
-        if (v && !a) {
-          all_constant = false;
-          break;
-        }
+        all_constant = all_constant && (a || !v);
         inputs.push_back(a);
         if (a) input_bytes += a->nbytes();
       }
-      if (!all_constant) continue;
       const std::string label = n->display_name();
-      if (n->pinned) {
-        stats.refused.push_back(label + ": excluded from optimization");
-        continue;
-      }
       fold::KernelContext ctx{*n, opset, std::max<uint64_t>(options.fold_size_limit, input_bytes)};
       std::vector<Array> outputs;
-      std::string why;
-      fold::Status status;
-      try {
-        status = kernel(ctx, inputs, outputs, why);
-      } catch (const std::exception&) {  // malformed attributes or data: leave the node to the fallback
-        status = fold::Status::kUnsupported;
+      if (all_constant) {
+        if (n->pinned) {
+          stats.refused.push_back(label + ": excluded from optimization");
+          continue;
+        }
+        std::string why;
+        fold::Status status;
+        try {
+          status = kernel(ctx, inputs, outputs, why);
+        } catch (const std::exception&) {  // malformed attributes or data: leave the node to the fallback
+          status = fold::Status::kUnsupported;
+        }
+        if (status == fold::Status::kTooBig) stats.refused.push_back(label + ": not folded: " + why);
+        if (status != fold::Status::kDone) continue;
+        if (outputs.size() < n->outputs.size())
+          throw ModelError("kernel for " + op + " returned " + std::to_string(outputs.size()) + " outputs");
+      } else {
+        std::optional<fold::Partial> p = partial_result(ctx, constants, partials);
+        if (!p) continue;
+        if (n->pinned) {  // its output is not ours to know either
+          if (p->known()) stats.refused.push_back(label + ": excluded from optimization");
+          continue;
+        }
+        if (!p->known()) {
+          partials[n->outputs[0]] = std::move(*p);
+          continue;
+        }
+        outputs.push_back(p->to_array());
       }
-      if (status == fold::Status::kTooBig) stats.refused.push_back(label + ": not folded: " + why);
-      if (status != fold::Status::kDone) continue;
-      if (outputs.size() < n->outputs.size())
-        throw ModelError("kernel for " + op + " returned " + std::to_string(outputs.size()) + " outputs");
+      if (!can_hold(as_nodes, opset, outputs)) {
+        for (size_t i = 0; i < n->outputs.size(); ++i)
+          if (n->outputs[i]) constants.remember(n->outputs[i], outputs[i]);
+        stats.refused.push_back(label + ": not folded: a Constant before opset 9 holds only float types "
+                                "(its value is passed on to its readers)");
+        continue;
+      }
       Rewrite record{"folded", {node_id(*n)}, {}};
       const std::vector<Value*> outs = n->outputs;
       for (size_t i = 0; i < outs.size(); ++i) {
