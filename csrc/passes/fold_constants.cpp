@@ -118,6 +118,20 @@ bool refers_to_function_attributes(const Node& n) {
   return false;
 }
 
+// Whether folding `n` frees its input `i`: only this node reads it (the
+// first slot reading it counts it), so the input's bytes leave the model.
+// Otherwise a result the size of the input (a transposed copy of a shared
+// weight) is growth.
+bool frees(const Node& n, size_t i) {
+  const Value* v = n.inputs[i];
+  if (v->is_graph_output()) return false;
+  for (const Use& u : v->uses)
+    if (u.node != &n) return false;
+  for (size_t j = 0; j < i; ++j)
+    if (n.inputs[j] == v) return false;
+  return true;
+}
+
 bool is_read(const Value* v) { return v && (!v->uses.empty() || v->is_graph_output()); }
 
 // Constant node -> initializer (same name), where initializers are allowed.
@@ -159,11 +173,12 @@ PassStats FoldConstants::run(Model& model, const PassOptions& options) const {
       std::vector<const Array*> inputs;
       uint64_t input_bytes = 0;
       bool all_constant = true;
-      for (const Value* v : n->inputs) {
+      for (size_t i = 0; i < n->inputs.size(); ++i) {
+        const Value* v = n->inputs[i];
         const Array* a = v ? constants.find(v) : nullptr;
         all_constant = all_constant && (a || !v);
         inputs.push_back(a);
-        if (a) input_bytes += a->nbytes();
+        if (a && frees(*n, i)) input_bytes += a->nbytes();
       }
       const std::string label = n->display_name();
       fold::KernelContext ctx{*n, opset, std::max<uint64_t>(options.fold_size_limit, input_bytes)};

@@ -29,7 +29,9 @@
 //
 // Refuses, saying why in the report:
 //   1. a result larger than the limit (PassOptions::fold_size_limit) and
-//      larger than the node's inputs together (growth-aware folding), or
+//      larger than the inputs the fold frees (growth-aware folding; an input
+//      something else still reads is not freed, so a transposed copy of a
+//      shared weight counts as growth), or
 //      whose element count overflows;
 //   2. a node excluded from optimization (--exclude-node), also where only
 //      partial shapes would know its output (which then is not tracked);

@@ -490,12 +490,21 @@ def test_absurd_sizes_are_refused_not_allocated(text):
     assert "fold size limit" in stats["refused"][0] or "overflow" in stats["refused"][0]
 
 
-def test_result_not_larger_than_its_inputs_folds_past_the_limit():
+def test_result_not_larger_than_the_inputs_it_frees_folds_past_the_limit():
     x = np.arange(1024, dtype=np.float32).reshape(32, 32)
-    model = with_tensors("""g () => (float[32,32] y, float[32,64] z) { y = Transpose(x)  z = Concat <axis = 1> (x, x) }""", x=x)
+    model = with_tensors("""g () => (float[32,32] y) { y = Transpose(x) }""", x=x)
     m, r = fold(model, fold_size_limit=16)
     assert ops(m) == [] and r.stats["refused"] == []
     assert_same(initializers(m)["y"], x.T)
+
+
+def test_a_copy_of_a_constant_something_else_reads_is_growth():
+    """A tied embedding: folding Transpose(x) while Gather still reads x would add x's size to the model."""
+    x = np.arange(1024, dtype=np.float32).reshape(32, 32)
+    model = with_tensors("""g (int64[2] i) => (float[32,32] y, float[2,32] z) { y = Transpose(x)  z = Gather(x, i) }""", x=x)
+    m, r = fold(model, fold_size_limit=16)
+    assert ops(m) == ["Transpose", "Gather"]
+    assert any("Transpose" in why and "fold size limit" in why for why in r.stats["refused"])
 
 
 # ---- what is constant ----
