@@ -1,12 +1,13 @@
-// Kernels for small elementwise math, comparisons, logic and bitwise ops;
-// the reductions are in reduce_kernels.cpp.
+// Kernels for small elementwise arithmetic. Comparisons, logic, bits and
+// Where are in logic_kernels.cpp, the reductions in reduce_kernels.cpp.
 //
-//   Add Sub Mul Div Mod Pow Min Max Sum Mean       (broadcasting; Min ... Mean variadic)
-//   Neg Abs Sign Sqrt Reciprocal Floor Ceil IsNaN IsInf
-//   Equal Less Greater LessOrEqual GreaterOrEqual  -> bool
-//   And Or Xor Not                                  (bool)
-//   BitwiseAnd BitwiseOr BitwiseXor BitwiseNot BitShift
-//   Where
+//   Add Sub Mul Div Mod    integers, float, double, float16 (broadcasting)
+//   Pow                    int32, int64, float, double bases; integer(-valued) exponents
+//   Min Max                integers, float, double, float16 (variadic, broadcasting)
+//   Sum Mean               float, double (variadic, broadcasting)
+//   Neg                    signed integers, float, double, float16
+//   Abs Sign               integers, float, double, float16
+//   Sqrt Reciprocal Floor Ceil IsNaN IsInf    float, double, float16
 //
 // Each result is what onnxruntime's CPU kernel computes for the same inputs,
 // bit for bit (a NaN's payload aside): floating ops are one IEEE operation
@@ -16,13 +17,12 @@
 // operand, the first one; Sum adds left to right; Mean multiplies the sum by
 // 1/n (not divides: onnxruntime's order). Refuses (kUnsupported), leaving
 // the node to the fallback:
-//   1. an element type the op does not take here (listed per op below);
+//   1. an element type not listed above;
 //   2. malformed input: wrong input count, an omitted input, inputs of
 //      different types, shapes that do not broadcast;
 //   3. integer division or Mod by zero, and INT_MIN / -1, INT_MIN % -1;
 //   4. Min/Max of +0 and -0 (onnxruntime answers either, by vector path);
 //   5. Mod with fmod=0 on floats before opset 28 (undefined there);
-//      BitShift on signed integers before opset 28;
 //   6. Pow with a non-integer exponent, or a result that is not exact (an
 //      integer past 2^53, a float that needs rounding or is not normal):
 //      onnxruntime's several pow paths agree only on exact results.
@@ -30,99 +30,15 @@
 #include <algorithm>
 #include <cmath>
 
-#include "fold/broadcast.h"
+#include "fold/elementwise.h"
 
 namespace pyonnxopt::fold {
 
+// The family's other files.
+void add_logic_kernels(KernelTable& table);   // logic_kernels.cpp: comparisons, logic, bits, Where
 void add_reduce_kernels(KernelTable& table);  // reduce_kernels.cpp
 
 namespace {
-
-using Inputs = std::vector<const Array*>;
-using Outputs = std::vector<Array>;
-
-Status refuse(std::string& why, std::string reason) {
-  why = std::move(reason);
-  return Status::kUnsupported;
-}
-
-Status wrong_type(std::string& why, const Array& a) {
-  return refuse(why, std::string("no native kernel for ") + ir::dtype_name(a.dtype) + " inputs");
-}
-
-template <class T>
-constexpr bool kInteger = std::is_integral_v<T> && !std::is_same_v<T, bool>;
-
-// out = f(a, b) over the broadcast of a and b, elements read as A and B and
-// written as Out. f(x, y, r) sets r and returns nullptr, or returns why not
-// (the whole node is then refused).
-template <class A, class B, class Out, class F>
-Status binary(const KernelContext& ctx, const Array& a, const Array& b, int32_t out_dtype, F&& f,
-              Outputs& out, std::string& why) {
-  Broadcast bc;
-  if (Status s = Broadcast::make(ctx, {&a, &b}, out_dtype, bc, why); s != Status::kDone) return s;
-  std::string bytes(bc.count() * Out::kSize, '\0');
-  const uint8_t *pa = a.bytes.data(), *pb = b.bytes.data();
-  uint8_t* po = reinterpret_cast<uint8_t*>(bytes.data());
-  const char* refused = nullptr;
-  bc.for_each([&](uint64_t i, const uint64_t* at) {
-    typename Out::T r{};
-    refused = f(A::load(pa + at[0] * A::kSize), B::load(pb + at[1] * B::kSize), r);
-    Out::store(po + i * Out::kSize, r);
-    return refused == nullptr;
-  });
-  if (refused) return refuse(why, refused);
-  out.push_back(Array::of_bytes(out_dtype, bc.dims(), std::move(bytes)));
-  return Status::kDone;
-}
-
-// Two inputs of one type among `kinds`; the result is of that type, or bool
-// when kToBool.
-template <unsigned kKinds, bool kToBool = false, class F>
-Status same_type_binary(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why, F&& f) {
-  if (!well_formed(in, 2, why)) return Status::kUnsupported;
-  if (in[0]->dtype != in[1]->dtype) return refuse(why, "inputs of different types");
-  Status s = Status::kUnsupported;
-  const bool known = visit<kKinds>(in[0]->dtype, [&](auto e) {
-    using E = decltype(e);
-    if constexpr (kToBool)
-      s = binary<E, E, Bool>(ctx, *in[0], *in[1], kBool, f, out, why);
-    else
-      s = binary<E, E, E>(ctx, *in[0], *in[1], in[0]->dtype, f, out, why);
-  });
-  return known ? s : wrong_type(why, *in[0]);
-}
-
-// out = f(a) elementwise; f as in binary().
-template <class In, class Out, class F>
-Status unary(const KernelContext& ctx, const Array& a, int32_t out_dtype, F&& f, Outputs& out, std::string& why) {
-  const uint64_t n = a.numel();  // well_formed checked it
-  if (too_big(ctx, out_dtype, n, why)) return Status::kTooBig;
-  std::string bytes(n * Out::kSize, '\0');
-  const uint8_t* pa = a.bytes.data();
-  uint8_t* po = reinterpret_cast<uint8_t*>(bytes.data());
-  for (uint64_t i = 0; i < n; ++i) {
-    typename Out::T r{};
-    if (const char* refused = f(In::load(pa + i * In::kSize), r)) return refuse(why, refused);
-    Out::store(po + i * Out::kSize, r);
-  }
-  out.push_back(Array::of_bytes(out_dtype, a.dims, std::move(bytes)));
-  return Status::kDone;
-}
-
-template <unsigned kKinds, bool kToBool = false, class F>
-Status same_type_unary(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why, F&& f) {
-  if (!well_formed(in, 1, why)) return Status::kUnsupported;
-  Status s = Status::kUnsupported;
-  const bool known = visit<kKinds>(in[0]->dtype, [&](auto e) {
-    using E = decltype(e);
-    if constexpr (kToBool)
-      s = unary<E, Bool>(ctx, *in[0], kBool, f, out, why);
-    else
-      s = unary<E, E>(ctx, *in[0], in[0]->dtype, f, out, why);
-  });
-  return known ? s : wrong_type(why, *in[0]);
-}
 
 // ---- arithmetic ----------------------------------------------------------
 
@@ -416,10 +332,12 @@ Status abs(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string
   });
 }
 
+// -0 gives +0; NaN stays NaN, but gives +0 for float16 (onnxruntime's).
 Status sign(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return same_type_unary<kNumbers | kHalfs>(ctx, in, out, why, [](auto a, auto& r) -> const char* {
+  const bool half = !in.empty() && in[0] && in[0]->dtype == kFloat16;
+  return same_type_unary<kNumbers | kHalfs>(ctx, in, out, why, [half](auto a, auto& r) -> const char* {
     using T = decltype(a);
-    r = a > 0 ? T(1) : a < 0 ? T(-1) : a == 0 ? T(0) : a;  // -0 gives +0, NaN stays NaN
+    r = a > 0 ? T(1) : a < 0 ? T(-1) : (a == 0 || half) ? T(0) : a;
     return nullptr;
   });
 }
@@ -464,135 +382,6 @@ Status is_inf(const KernelContext& ctx, const Inputs& in, Outputs& out, std::str
   });
 }
 
-Status logical_not(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return same_type_unary<kBools>(ctx, in, out, why, [](bool a, bool& r) -> const char* {
-    r = !a;
-    return nullptr;
-  });
-}
-
-Status bitwise_not(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return same_type_unary<kIntegers>(ctx, in, out, why, [](auto a, auto& r) -> const char* {
-    r = static_cast<decltype(a)>(~a);
-    return nullptr;
-  });
-}
-
-// ---- comparison, logic, bits ---------------------------------------------
-
-template <class F>
-Status compare(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why, F&& f) {
-  return same_type_binary<kNumbers | kHalfs, true>(ctx, in, out, why, [&f](auto a, auto b, bool& r) -> const char* {
-    r = f(a, b);
-    return nullptr;
-  });
-}
-
-Status equal(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return same_type_binary<kNumbers | kHalfs | kBools, true>(ctx, in, out, why,
-                                                           [](auto a, auto b, bool& r) -> const char* {
-    r = a == b;
-    return nullptr;
-  });
-}
-
-Status less(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return compare(ctx, in, out, why, [](auto a, auto b) { return a < b; });
-}
-
-Status greater(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return compare(ctx, in, out, why, [](auto a, auto b) { return a > b; });
-}
-
-Status less_or_equal(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return compare(ctx, in, out, why, [](auto a, auto b) { return a <= b; });
-}
-
-Status greater_or_equal(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return compare(ctx, in, out, why, [](auto a, auto b) { return a >= b; });
-}
-
-template <unsigned kKinds, class F>
-Status bits(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why, F&& f) {
-  return same_type_binary<kKinds>(ctx, in, out, why, [&f](auto a, auto b, auto& r) -> const char* {
-    r = static_cast<decltype(a)>(f(a, b));
-    return nullptr;
-  });
-}
-
-Status logical_and(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return bits<kBools>(ctx, in, out, why, [](auto a, auto b) { return a && b; });
-}
-
-Status logical_or(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return bits<kBools>(ctx, in, out, why, [](auto a, auto b) { return a || b; });
-}
-
-Status logical_xor(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return bits<kBools>(ctx, in, out, why, [](auto a, auto b) { return a != b; });
-}
-
-Status bitwise_and(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return bits<kIntegers>(ctx, in, out, why, [](auto a, auto b) { return a & b; });
-}
-
-Status bitwise_or(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return bits<kIntegers>(ctx, in, out, why, [](auto a, auto b) { return a | b; });
-}
-
-Status bitwise_xor(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  return bits<kIntegers>(ctx, in, out, why, [](auto a, auto b) { return a ^ b; });
-}
-
-// Shifts by a negative amount or by the width or more give the sign fill
-// alone (-1 for a negative value shifted right, else 0): the opset 28 rule,
-// and what onnxruntime does for the unsigned types before it.
-Status bit_shift(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  const ir::Attribute* d = attribute(ctx.node, "direction");
-  if (!d || !d->s.has || (d->s.value != "LEFT" && d->s.value != "RIGHT"))
-    return refuse(why, "direction is neither LEFT nor RIGHT");
-  if (ctx.opset < 28 && !in.empty() && in[0] && is_kind<kSigned>(in[0]->dtype))
-    return refuse(why, "BitShift on signed integers needs opset 28");
-  const bool left = d->s.value == "LEFT";
-  return same_type_binary<kIntegers>(ctx, in, out, why, [left](auto a, auto b, auto& r) -> const char* {
-    using T = decltype(a);
-    using U = std::make_unsigned_t<T>;
-    constexpr uint64_t kBits = sizeof(T) * 8;
-    const bool negative = std::is_signed_v<T> && a < T(0);
-    if (static_cast<uint64_t>(b) >= kBits)  // a negative b too
-      r = (!left && negative) ? T(~T(0)) : T(0);
-    else if (left)
-      r = static_cast<T>(static_cast<U>(static_cast<Wide<T>>(static_cast<U>(a)) << b));
-    else if (negative)
-      r = static_cast<T>(~(~a >> b));  // arithmetic shift, on the non-negative ~a
-    else
-      r = static_cast<T>(a >> b);
-    return nullptr;
-  });
-}
-
-// ---- selection -----------------------------------------------------------
-
-// Element bytes are copied, so Where takes every fixed-size type.
-Status where(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  if (!well_formed(in, 3, why)) return Status::kUnsupported;
-  if (in[0]->dtype != kBool) return refuse(why, "condition is not bool");
-  if (in[1]->dtype != in[2]->dtype) return refuse(why, "inputs of different types");
-  const int32_t dtype = in[1]->dtype;
-  const size_t size = element_size(dtype);
-  Broadcast bc;
-  if (Status s = Broadcast::make(ctx, in, dtype, bc, why); s != Status::kDone) return s;
-  std::string bytes(bc.count() * size, '\0');
-  const uint8_t *c = in[0]->bytes.data(), *x = in[1]->bytes.data(), *y = in[2]->bytes.data();
-  bc.for_each([&](uint64_t i, const uint64_t* at) {
-    const uint8_t* from = c[at[0]] ? x + at[1] * size : y + at[2] * size;
-    std::memcpy(bytes.data() + i * size, from, size);
-    return true;
-  });
-  out.push_back(Array::of_bytes(dtype, bc.dims(), std::move(bytes)));
-  return Status::kDone;
-}
-
 }  // namespace
 
 void add_math_kernels(KernelTable& t) {
@@ -615,21 +404,7 @@ void add_math_kernels(KernelTable& t) {
   t["Ceil"] = ceil;
   t["IsNaN"] = is_nan;
   t["IsInf"] = is_inf;
-  t["Not"] = logical_not;
-  t["BitwiseNot"] = bitwise_not;
-  t["Equal"] = equal;
-  t["Less"] = less;
-  t["Greater"] = greater;
-  t["LessOrEqual"] = less_or_equal;
-  t["GreaterOrEqual"] = greater_or_equal;
-  t["And"] = logical_and;
-  t["Or"] = logical_or;
-  t["Xor"] = logical_xor;
-  t["BitwiseAnd"] = bitwise_and;
-  t["BitwiseOr"] = bitwise_or;
-  t["BitwiseXor"] = bitwise_xor;
-  t["BitShift"] = bit_shift;
-  t["Where"] = where;
+  add_logic_kernels(t);
   add_reduce_kernels(t);
 }
 

@@ -25,21 +25,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "fold/broadcast.h"
+#include "fold/elementwise.h"
 
 namespace pyonnxopt::fold {
 
 namespace {
 
-using Inputs = std::vector<const Array*>;
-using Outputs = std::vector<Array>;
-
 enum class Reduction { kSum, kProd, kMin, kMax };
-
-Status refuse(std::string& why, std::string reason) {
-  why = std::move(reason);
-  return Status::kUnsupported;
-}
 
 // Precision (significand bits) and exponent range of what an element type
 // stores: float16 is computed in float but must stay exact in half.
@@ -177,20 +169,32 @@ const char* reduce_integers(Reduction r, const std::vector<typename E::T>& v, ty
       return nullptr;
     }
     case Reduction::kProd: {
+      // With a zero the product is 0 in any order, unless the others
+      // overflow the double to inf (and inf * 0 is NaN).
+      bool zero = false, exact = true;
       uint64_t total = 1;
       int64_t p = 1;
-      bool zero = false;
+      double rough = 1;
       for (T x : v) {
         if (x == 0) {
           zero = true;
           continue;
         }
         const uint64_t m = magnitude(x);
-        if (m > limit / total) return "an integer product past 2^53 or its type";
-        total *= m;
-        p *= static_cast<int64_t>(x);
+        rough *= static_cast<double>(m);
+        if (exact && m <= limit / total) {
+          total *= m;
+          p *= static_cast<int64_t>(x);
+        } else {
+          exact = false;
+        }
       }
-      out = zero ? T(0) : static_cast<T>(p);
+      if (zero && rough < 0x1p1000) {
+        out = T(0);
+        return nullptr;
+      }
+      if (zero || !exact) return "an integer product past 2^53 or its type";
+      out = static_cast<T>(p);
       return nullptr;
     }
     case Reduction::kMin:
@@ -336,7 +340,7 @@ Status reduce(const KernelContext& ctx, const Inputs& in, Outputs& out, std::str
     }
     out.push_back(Array::of_bytes(x.dtype, dims, std::move(bytes)));
   });
-  if (!known) return refuse(why, std::string("no native kernel for ") + ir::dtype_name(x.dtype) + " inputs");
+  if (!known) return wrong_type(why, x);
   return s;
 }
 
