@@ -237,6 +237,8 @@ Status read_axes(const KernelContext& ctx, const Inputs& in, size_t rank, int64_
     }
   } else {
     if (given) return refuse(why, "an axes input at an opset that takes axes as an attribute");
+    if (attr && attr->type.has && attr->type.value != int32_t(ir::AttrType::kInts))
+      return refuse(why, "axes attribute is not a list of ints");
     if (attr) axes = attr->ints;
   }
   none = axes.empty();
