@@ -164,3 +164,17 @@ def test_a_model_edited_in_memory_is_optimized_as_edited(cnn_path):
     assert report["nodes_before"] == 16 and report["op_counts_before"].get("Dropout", 0) == 0
     assert report["nodes_after"] == 13 and report["check"]["first_mismatch"] is None
     assert len(m.graph) == 16  # the caller's model is not changed
+
+
+def test_a_model_with_random_outputs_is_said_to_be_uncheckable():
+    from onnx import parser
+
+    proto = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+        g (float[64] x) => (float[64] y) {
+            a = Identity(x)
+            r = RandomUniformLike(a)
+            y = Add(a, r)
+        }""")
+    model, report = optimize(proto)
+    assert "change from run to run" in report["check"]["skipped"]
+    assert [n.op_type for n in model.graph.nodes] == ["RandomUniformLike", "Add"]
