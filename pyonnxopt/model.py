@@ -211,7 +211,7 @@ def _tensor_set_data(tensor: Tensor, array) -> None:
     """Replaces the data with a copy of `array` (dtype and shape follow it)."""
     from onnx import helper
 
-    arr = np.ascontiguousarray(array)
+    arr = np.asarray(array, order="C")  # not ascontiguousarray: it makes scalars 1-D
     dtype = helper.np_dtype_to_tensor_dtype(arr.dtype)
     tensor.set_raw(int(dtype), list(arr.shape), arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
 

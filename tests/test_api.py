@@ -292,3 +292,14 @@ def test_set_raw_refuses_bytes_that_do_not_match_dims(cnn_path):
         t.set_raw(TensorProto.FLOAT, [4], b"\0" * 8)
     with pytest.raises(ValueError, match="negative dimension"):
         t.set_raw(TensorProto.FLOAT, [-1], b"")
+
+
+def test_set_data_keeps_a_scalar_a_scalar():
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    g = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", [],
+                          [helper.make_tensor_value_info("y", 1, [])], [numpy_helper.from_array(np.float32(1), "w")])
+    m = pyonnxopt.load(helper.make_model(g))
+    m.initializers()[0].set_data(np.float32(2.5))
+    assert m.initializers()[0].dims == [] and m.initializers()[0].numpy().shape == ()

@@ -285,7 +285,7 @@ class FoldConstantsOnnxruntime(Pass):
                 stats["refused"].append(f"'{producer.name}' ({producer.op_type}): not folded: {why}")
                 continue
             for v, a in zip(values, arrays):
-                a = np.ascontiguousarray(a)
+                a = np.asarray(a, order="C")  # not ascontiguousarray: it makes scalars 1-D
                 dtype = int(helper.np_dtype_to_tensor_dtype(a.dtype))
                 g.set_constant(v, dtype, list(a.shape), a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes(), as_node)
                 produced.append(v.name)
