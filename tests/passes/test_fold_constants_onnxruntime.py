@@ -182,12 +182,13 @@ def test_a_scalar_result_stays_a_scalar():
     """A 0-d result once came back 1-d (numpy's ascontiguousarray), so an
     Unsqueeze after it made rank 2 and a Concat downstream failed."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    ax = helper.make_tensor_value_info("ax", TensorProto.INT64, [1])  # fed: the Unsqueeze is not constant
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
     a = numpy_helper.from_array(np.array(0.5, np.float32), "a")
-    zero = numpy_helper.from_array(np.array([0], np.int64), "zero")
     m = model([helper.make_node("Sin", ["a"], ["s"]),  # no native kernel: onnxruntime folds it
-               helper.make_node("Unsqueeze", ["s", "zero"], ["u"]), helper.make_node("Concat", ["u", "x"], ["y"], axis=0)],
-              [x], [y], [a, zero])
+               helper.make_node("Unsqueeze", ["s", "ax"], ["u"]), helper.make_node("Concat", ["u", "x"], ["y"], axis=0)],
+              [x, ax], [y], [a])
     got, _ = run(m)
-    assert got.graph.value("u").initializer.dims == [1]
-    np.testing.assert_array_equal(outputs(got, {"x": np.array([5], np.float32)})[0], [np.sin(np.float32(0.5)), 5])
+    assert got.graph.value("s").initializer.dims == []
+    feeds = {"x": np.array([5], np.float32), "ax": np.array([0], np.int64)}
+    np.testing.assert_array_equal(outputs(got, feeds)[0], [np.sin(np.float32(0.5)), 5])
