@@ -3,6 +3,7 @@ seeded inputs that respect dtypes (symbolic dims become 1)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
 
@@ -84,15 +85,19 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
     any of them. `required_outputs` must all still be there. Floats match
     within rtol, and atol scaled up to 1e-6 of the output's largest value (so
     a large output's rounding in a fused kernel is not a mismatch)."""
-    try:
-        a = session(original)
-        original_names = {o.name for o in a.get_outputs()}
-    except Exception as e:  # custom ops, unsupported opsets, ...: onnxruntime's own words
-        raise CheckUnavailable(f"onnxruntime cannot run the original: {_first_line(e)}") from e
-    try:
-        b = session(optimized)
-    except Exception as e:
-        return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the optimized model: {_first_line(e)})")
+    # The two sessions load at once (onnxruntime releases the GIL): a check
+    # costs one model load of wall time, not two.
+    with ThreadPoolExecutor(2) as pool:
+        loading_a, loading_b = pool.submit(session, original), pool.submit(session, optimized)
+        try:
+            a = loading_a.result()
+            original_names = {o.name for o in a.get_outputs()}
+        except Exception as e:  # custom ops, unsupported opsets, ...: onnxruntime's own words
+            raise CheckUnavailable(f"onnxruntime cannot run the original: {_first_line(e)}") from e
+        try:
+            b = loading_b.result()
+        except Exception as e:
+            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the optimized model: {_first_line(e)})")
     feeds = random_inputs(b if shapes_from_optimized else a, seed)
     for name, value in (inputs or {}).items():
         if name not in feeds:
