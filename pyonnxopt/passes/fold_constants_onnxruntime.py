@@ -27,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 
+from pyonnxopt.check import _first_line
 from pyonnxopt.model import Graph, Model
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 
@@ -42,11 +43,6 @@ NEVER_FOLDED = {
 GROWING = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "OneHot", "EyeLike",
            "Col2Im", "CenterCropPad"}
 SESSION_BYTES = 256 << 20  # constants per onnxruntime session, so big models fold in bounded memory
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:200] if text else type(e).__name__
 
 
 def _static_numel(value) -> Optional[int]:

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers import ops, outputs, parse, run_pass
+from helpers import ops, outputs, run_pass
 
 F16, F32, F64 = np.float16, np.float32, np.float64
 SIGNED = [np.int8, np.int16, np.int32, np.int64]
