@@ -175,6 +175,21 @@ py::object attribute_value(const ModelPtr& m, const ir::Attribute& a) {
   }
 }
 
+// The bytes of `data`, checked to hold exactly `dims` elements of `data_type`.
+std::string checked_data(const char* what, int32_t data_type, const std::vector<int64_t>& dims, const py::bytes& data) {
+  std::string bytes = data;
+  uint64_t numel = 1;
+  for (int64_t d : dims) {
+    if (d < 0) throw py::value_error("negative dimension");
+    numel *= static_cast<uint64_t>(d);
+  }
+  int64_t want = ir::storage_bytes(data_type, numel);
+  if (want < 0 || static_cast<uint64_t>(want) != bytes.size())
+    throw py::value_error(std::string(what) + ": " + std::to_string(bytes.size()) + " bytes do not hold " +
+                          std::to_string(numel) + " elements of " + ir::dtype_name(data_type));
+  return bytes;
+}
+
 py::dict type_dict(const ir::ValueInfo* info) {
   py::dict d;
   if (!info || !info->type.has) return d;
@@ -426,16 +441,7 @@ PYBIND11_MODULE(_core, m) {
       .def("set_constant",
            [](const GraphRef& g, const ValueRef& v, int32_t data_type, std::vector<int64_t> dims, py::bytes data,
               bool as_node) {
-             std::string bytes = data;
-             uint64_t numel = 1;
-             for (int64_t d : dims) {
-               if (d < 0) throw py::value_error("negative dimension");
-               numel *= static_cast<uint64_t>(d);
-             }
-             int64_t want = ir::storage_bytes(data_type, numel);
-             if (want < 0 || static_cast<uint64_t>(want) != bytes.size())
-               throw py::value_error("set_constant: " + std::to_string(bytes.size()) + " bytes do not hold " +
-                                     std::to_string(numel) + " elements of " + ir::dtype_name(data_type));
+             std::string bytes = checked_data("set_constant", data_type, dims, data);
              auto t = std::make_unique<ir::Tensor>();
              t->dims = std::move(dims);
              t->data_type.set(data_type);
@@ -590,16 +596,7 @@ PYBIND11_MODULE(_core, m) {
            })
       .def("set_raw",
            [](const TensorRef& t, int32_t data_type, std::vector<int64_t> dims, py::bytes data) {
-             std::string bytes = data;
-             uint64_t numel = 1;
-             for (int64_t d : dims) {
-               if (d < 0) throw py::value_error("negative dimension");
-               numel *= static_cast<uint64_t>(d);
-             }
-             int64_t want = ir::storage_bytes(data_type, numel);
-             if (want < 0 || static_cast<uint64_t>(want) != bytes.size())
-               throw py::value_error("set_raw: " + std::to_string(bytes.size()) + " bytes do not hold " +
-                                     std::to_string(numel) + " elements of " + ir::dtype_name(data_type));
+             std::string bytes = checked_data("set_raw", data_type, dims, data);
              t.ptr->set_raw(ir::Blob::owned(std::move(bytes)));
              t.ptr->data_type.set(data_type);
              t.ptr->dims = std::move(dims);
