@@ -1,6 +1,7 @@
-"""Every native pass, to a fixed point, on the onnx wheel's suites (simple,
-pytorch-operator, pytorch-converted, real): onnxruntime still gives the
-stored reference outputs, the IR stays consistent and the checker passes."""
+"""The default pipeline (every pass, to a fixed point) on the onnx wheel's
+suites (simple, pytorch-operator, pytorch-converted, real): onnxruntime still
+gives the stored reference outputs, the IR stays consistent and the checker
+passes."""
 
 import glob
 import os
@@ -11,11 +12,9 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from pyonnxopt import _core
 from pyonnxopt.passes import run_passes
 
 ROOT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
-NATIVE = [name for name, _ in _core.native_passes()]
 
 
 def _session(model, opts):
@@ -31,7 +30,7 @@ def test_reference_outputs_survive_the_passes(path):
         _session(path, opts)
     except Exception as e:  # the original does not run either: nothing to compare
         pytest.skip(f"onnxruntime cannot run the original: {str(e)[:80]}")
-    m, report = run_passes(path, passes=NATIVE)
+    m, report = run_passes(path)
     assert report.converged and m.check_invariants() == []
     if onnx.load(path).ir_version >= 3:
         onnx.checker.check_model(m.to_onnx())
