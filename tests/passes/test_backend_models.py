@@ -26,14 +26,14 @@ def _session(model, opts):
 def test_reference_outputs_survive_the_passes(path):
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        _session(path, opts)
-    except Exception as e:  # the original does not run either: nothing to compare
-        pytest.skip(f"onnxruntime cannot run the original: {str(e)[:80]}")
-    m, report = run_passes(path)
+    m, report = run_passes(path)  # also when onnxruntime cannot run it: folding then skips and says so
     assert report.converged and m.check_invariants() == []
     if onnx.load(path).ir_version >= 3:
         onnx.checker.check_model(m.to_onnx())
+    try:
+        _session(path, opts)
+    except Exception as e:  # the original does not run either: no outputs to compare
+        pytest.skip(f"onnxruntime cannot run the original: {str(e)[:80]}")
     data = os.path.join(os.path.dirname(path), "test_data_set_0")
     inputs = [numpy_helper.to_array(onnx.load_tensor(p)) for p in sorted(glob.glob(os.path.join(data, "input_*.pb")))]
     outputs = [numpy_helper.to_array(onnx.load_tensor(p)) for p in sorted(glob.glob(os.path.join(data, "output_*.pb")))]
