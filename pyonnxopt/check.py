@@ -9,7 +9,7 @@ from typing import Optional
 
 import numpy as np
 
-from pyonnxopt.errors import Error, MissingDependency
+from pyonnxopt.errors import Error, MissingDependency, first_line
 
 
 class CheckUnavailable(Error):
@@ -62,11 +62,6 @@ def random_inputs(sess, seed: int = 0) -> dict:
     return feeds
 
 
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:200] if text else type(e).__name__
-
-
 @dataclass
 class CheckResult:
     outputs: int
@@ -93,11 +88,11 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
             a = loading_a.result()
             original_names = {o.name for o in a.get_outputs()}
         except Exception as e:  # custom ops, unsupported opsets, ...: onnxruntime's own words
-            raise CheckUnavailable(f"onnxruntime cannot run the original: {_first_line(e)}") from e
+            raise CheckUnavailable(f"onnxruntime cannot run the original: {first_line(e)}") from e
         try:
             b = loading_b.result()
         except Exception as e:
-            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the optimized model: {_first_line(e)})")
+            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the optimized model: {first_line(e)})")
     feeds = random_inputs(b if shapes_from_optimized else a, seed)
     for name, value in (inputs or {}).items():
         if name not in feeds:
@@ -116,11 +111,11 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
         want = a.run(names, feeds)
     except Exception as e:
         raise CheckUnavailable(f"onnxruntime cannot run the original on the check's inputs (give them with "
-                               f"--check-inputs): {_first_line(e)}") from e
+                               f"--check-inputs): {first_line(e)}") from e
     try:
         got = b.run(names, {k: v for k, v in feeds.items() if k in {i.name for i in b.get_inputs()}})
     except Exception as e:
-        return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model: {_first_line(e)})")
+        return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model: {first_line(e)})")
     result = _compare_outputs(names, want, got, rtol, atol, f"seed {seed}" if not inputs else "given inputs")
     if result.first_mismatch:
         again = a.run(names, feeds)

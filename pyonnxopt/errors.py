@@ -19,3 +19,10 @@ class VerificationError(Error):
 
 class MissingDependency(Error, ImportError):
     """An optional dependency is needed for what was asked; the message says what to install."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (at most 200 characters), or
+    its type name: how a dependency's multi-line error becomes one line."""
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__

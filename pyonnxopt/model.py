@@ -207,13 +207,19 @@ def _tensor_numpy(tensor: Tensor) -> np.ndarray:
     return arr
 
 
-def _tensor_set_data(tensor: Tensor, array) -> None:
-    """Replaces the data with a copy of `array` (dtype and shape follow it)."""
+def raw_data(array) -> tuple:
+    """(ONNX data type, dims, little-endian bytes) of an array, for
+    Tensor.set_raw and Graph.set_constant."""
     from onnx import helper
 
     arr = np.asarray(array, order="C")  # not ascontiguousarray: it makes scalars 1-D
-    dtype = helper.np_dtype_to_tensor_dtype(arr.dtype)
-    tensor.set_raw(int(dtype), list(arr.shape), arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+    dtype = int(helper.np_dtype_to_tensor_dtype(arr.dtype))
+    return dtype, list(arr.shape), arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def _tensor_set_data(tensor: Tensor, array) -> None:
+    """Replaces the data with a copy of `array` (dtype and shape follow it)."""
+    tensor.set_raw(*raw_data(array))
 
 
 Tensor.numpy = _tensor_numpy

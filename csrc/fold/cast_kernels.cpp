@@ -172,7 +172,7 @@ Status cast_to(const KernelContext& ctx, const Array& x, int32_t to, Outputs& ou
 }
 
 Status cast(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  const ir::Attribute* to = attribute(ctx.node, "to");
+  const ir::Attribute* to = ctx.node.attribute("to");
   if (in.size() != 1 || !in[0] || !to || !attributes_are(ctx.node, cast_attributes(ctx.opset, true)))
     return unsupported(why, "Cast takes one input and `to`");
   return cast_to(ctx, *in[0], static_cast<int32_t>(to->i.value), out, why);

@@ -54,9 +54,9 @@ bool slice_arguments(const KernelContext& ctx, const Inputs& in, std::vector<int
                                                 : std::vector<AttrSpec>{}))
     return false;
   if (ctx.opset < 10) {
-    const ir::Attribute* s = attribute(ctx.node, "starts");
-    const ir::Attribute* e = attribute(ctx.node, "ends");
-    const ir::Attribute* a = attribute(ctx.node, "axes");
+    const ir::Attribute* s = ctx.node.attribute("starts");
+    const ir::Attribute* e = ctx.node.attribute("ends");
+    const ir::Attribute* a = ctx.node.attribute("axes");
     if (in.size() != 1 || !s || !e) return false;
     starts = s->ints;
     ends = e->ints;
@@ -123,7 +123,7 @@ Status slice(const KernelContext& ctx, const Inputs& in, Outputs& out, std::stri
 }
 
 Status concat(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  const ir::Attribute* axis_attr = attribute(ctx.node, "axis");
+  const ir::Attribute* axis_attr = ctx.node.attribute("axis");
   if (in.empty() || !axis_attr || !attributes_are(ctx.node, {{"axis", Int}}))
     return unsupported(why, "Concat without inputs or axis");
   for (const Array* a : in)
@@ -163,8 +163,8 @@ Status concat(const KernelContext& ctx, const Inputs& in, Outputs& out, std::str
 // Split sizes: the `split` attribute before opset 13, the input from 13;
 // from opset 18 without them, `num_outputs` parts, the last one smaller.
 bool split_sizes(const KernelContext& ctx, const Inputs& in, int64_t dim, size_t parts, std::vector<int64_t>& sizes) {
-  const ir::Attribute* split_attr = attribute(ctx.node, "split");
-  const ir::Attribute* num = attribute(ctx.node, "num_outputs");
+  const ir::Attribute* split_attr = ctx.node.attribute("split");
+  const ir::Attribute* num = ctx.node.attribute("num_outputs");
   const std::vector<AttrSpec> specs = ctx.opset < 13    ? std::vector<AttrSpec>{{"axis", Int}, {"split", Ints}}
                                       : ctx.opset < 18 ? std::vector<AttrSpec>{{"axis", Int}}
                                                        : std::vector<AttrSpec>{{"axis", Int}, {"num_outputs", Int}};
@@ -284,7 +284,7 @@ Status transpose(const KernelContext& ctx, const Inputs& in, Outputs& out, std::
   const Array& x = *in[0];
   const int64_t rank = static_cast<int64_t>(x.dims.size());
   std::vector<int64_t> perm;
-  if (const ir::Attribute* a = attribute(ctx.node, "perm")) {
+  if (const ir::Attribute* a = ctx.node.attribute("perm")) {
     if (static_cast<int64_t>(a->ints.size()) != rank) return unsupported(why, "perm does not match the rank");
     for (int64_t p : a->ints)
       if (p < 0) return unsupported(why, "negative axis in perm");  // the spec has no negative perm entries

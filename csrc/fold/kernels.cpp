@@ -30,14 +30,8 @@ std::vector<std::string> kernel_ops() {
   return out;
 }
 
-const ir::Attribute* attribute(const ir::Node& n, std::string_view name) {
-  for (const auto& a : n.attributes)
-    if (a.name.value == name) return &a;
-  return nullptr;
-}
-
 int64_t int_attribute(const ir::Node& n, std::string_view name, int64_t fallback) {
-  const ir::Attribute* a = attribute(n, name);
+  const ir::Attribute* a = n.attribute(name);
   return a && a->i.has ? a->i.value : fallback;
 }
 

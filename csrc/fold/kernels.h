@@ -41,7 +41,6 @@ void add_shape_kernels(KernelTable& table);  // shape and index arithmetic: Shap
 void add_math_kernels(KernelTable& table);   // elementwise, comparison, logic, small reductions
 
 // Helpers shared by the kernels.
-const ir::Attribute* attribute(const ir::Node& n, std::string_view name);
 int64_t int_attribute(const ir::Node& n, std::string_view name, int64_t fallback);
 // kTooBig with a message when `count` elements of `dtype` pass the limit.
 bool too_big(const KernelContext& ctx, int32_t dtype, uint64_t count, std::string& why);

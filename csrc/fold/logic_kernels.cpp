@@ -98,7 +98,7 @@ Status bitwise_xor(const KernelContext& ctx, const Inputs& in, Outputs& out, std
 // alone (-1 for a negative value shifted right, else 0): the opset 28 rule,
 // and what onnxruntime does for the unsigned types before it.
 Status bit_shift(const KernelContext& ctx, const Inputs& in, Outputs& out, std::string& why) {
-  const ir::Attribute* d = attribute(ctx.node, "direction");
+  const ir::Attribute* d = ctx.node.attribute("direction");
   if (!d || !d->s.has || (d->s.value != "LEFT" && d->s.value != "RIGHT"))
     return refuse(why, "direction is neither LEFT nor RIGHT");
   if (ctx.opset < 28 && !in.empty() && in[0] && is_kind<kSigned>(in[0]->dtype))

@@ -224,7 +224,7 @@ const char* reduce_bools(Reduction r, const std::vector<bool>& v, bool& out) {
 Status read_axes(const KernelContext& ctx, const Inputs& in, size_t rank, int64_t since, std::vector<bool>& reduced,
                  bool& none, std::string& why) {
   std::vector<int64_t> axes;
-  const ir::Attribute* attr = attribute(ctx.node, "axes");
+  const ir::Attribute* attr = ctx.node.attribute("axes");
   const Array* given = in.size() > 1 ? in[1] : nullptr;
   if (ctx.opset >= since) {
     if (attr) return refuse(why, "an axes attribute at an opset that takes axes as an input");

@@ -60,7 +60,7 @@ Status reshape(const KernelContext& ctx, const Inputs& in, Outputs& out, std::st
     if (in.size() != 2 || !in[1] || in[1]->dtype != kInt64 || !int_list(in[1], target))
       return unsupported(why, "shape is not a 1-D int64 tensor");
   } else {
-    const ir::Attribute* a = attribute(ctx.node, "shape");
+    const ir::Attribute* a = ctx.node.attribute("shape");
     if (in.size() != 1 || !a) return unsupported(why, "Reshape-1 without a shape attribute");
     target = a->ints;
   }
@@ -114,7 +114,7 @@ Status flatten(const KernelContext& ctx, const Inputs& in, Outputs& out, std::st
 // Squeeze/Unsqueeze axes: the attribute before opset 13, the second input
 // from 13. `given` is false when there are none.
 bool axes_of(const KernelContext& ctx, const Inputs& in, std::vector<int64_t>& axes, bool& given) {
-  const ir::Attribute* a = attribute(ctx.node, "axes");
+  const ir::Attribute* a = ctx.node.attribute("axes");
   if (ctx.opset < 13) {
     if (in.size() > 1 || !attributes_are(ctx.node, {{"axes", Ints}})) return false;
     given = a != nullptr;
@@ -179,7 +179,7 @@ Status constant_of_shape(const KernelContext& ctx, const Inputs& in, Outputs& ou
   for (int64_t d : dims)
     if (d < 0) return unsupported(why, "negative dim in shape");
   Array value = Array::of<float>(kFloat, {}, {0.0f});
-  if (const ir::Attribute* a = attribute(ctx.node, "value")) {
+  if (const ir::Attribute* a = ctx.node.attribute("value")) {
     std::string bad;
     if (!a->t || !to_array(*a->t, value, bad) || value.numel() != 1)
       return unsupported(why, "value is not a one-element tensor of a fixed-size type");

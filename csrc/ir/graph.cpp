@@ -47,6 +47,12 @@ std::string Node::display_name() const {
   return out;
 }
 
+const Attribute* Node::attribute(std::string_view attr_name) const {
+  for (const auto& a : attributes)
+    if (a.name.value == attr_name) return &a;
+  return nullptr;
+}
+
 std::vector<Graph*> Node::subgraphs() const {
   std::vector<Graph*> out;
   for (const auto& a : attributes) {

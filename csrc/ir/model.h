@@ -229,6 +229,7 @@ struct Node {  // NodeProto
   size_t pending_index = 0;        // scratch for the loader
 
   std::string display_name() const;  // "name (OpType)" for messages
+  const Attribute* attribute(std::string_view attr_name) const;  // nullptr when absent
   // Subgraphs held by this node's attributes (If/Loop/Scan bodies).
   std::vector<Graph*> subgraphs() const;
   bool has_subgraphs() const {

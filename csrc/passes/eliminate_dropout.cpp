@@ -22,8 +22,7 @@ bool is_constant_false(const Value* v) {
 const char* training_mode_reason(const Model& m, const Graph& g, const Node& n) {
   const int64_t opset = default_opset(m, g);
   if (opset > 0 && opset < 7) {
-    for (const auto& a : n.attributes)
-      if (a.name.value == "is_test" && a.i.value != 0) return nullptr;
+    if (const Attribute* is_test = n.attribute("is_test"); is_test && is_test->i.value != 0) return nullptr;
     return "training mode: is_test is not 1 (training residue: removed with --remove-training-residue)";
   }
   if (n.inputs.size() >= 3 && n.inputs[2] && !is_constant_false(n.inputs[2]))

@@ -22,7 +22,7 @@ int live_outputs(const Node& n) {
 }
 
 int64_t int_attribute(const Node& n, const char* name, int64_t otherwise) {
-  const Attribute* a = find_attribute(n, name);
+  const Attribute* a = n.attribute(name);
   return a ? a->i.value : otherwise;
 }
 
@@ -43,10 +43,10 @@ const char* attribute_nop(const Node& n) {
     return n.inputs.size() == 1 ? nullptr : kNotMine;
   if (op == "Split") {
     // One output and no split sizes to check: the whole input.
-    return n.outputs.size() == 1 && n.inputs.size() == 1 && !find_attribute(n, "split") ? nullptr : kNotMine;
+    return n.outputs.size() == 1 && n.inputs.size() == 1 && !n.attribute("split") ? nullptr : kNotMine;
   }
   if (op == "Transpose") {
-    const Attribute* perm = find_attribute(n, "perm");
+    const Attribute* perm = n.attribute("perm");
     if (!perm) return "Transpose without perm: a no-op only at rank <= 1";
     for (size_t i = 0; i < perm->ints.size(); ++i)
       if (perm->ints[i] != static_cast<int64_t>(i)) return kNotMine;

@@ -6,8 +6,7 @@
 
 #include "fold/kernels.h"
 #include "fold/partial.h"
-#include "proto/type_info.h"
-#include "proto/wire.h"
+#include "passes/known_values.h"
 
 namespace pyonnxopt::passes {
 
@@ -59,17 +58,10 @@ std::optional<fold::PartialDims> known_dims(const Value* v) {
     if (std::any_of(t->dims.begin(), t->dims.end(), [](int64_t d) { return d < 0; })) return std::nullopt;
     return fold::PartialDims(t->dims.begin(), t->dims.end());
   }
-  if (!v->info || !v->info->type.has) return std::nullopt;
-  proto::TypeDesc type;
-  try {
-    type = proto::decode_type(v->info->type.value);
-  } catch (const proto::ParseError&) {
-    return std::nullopt;
-  }
-  if (type.kind != "tensor" || !type.has_shape) return std::nullopt;
+  std::optional<std::vector<int64_t>> declared = known_shape(v);  // v is no constant: its declared type
+  if (!declared) return std::nullopt;
   fold::PartialDims dims;
-  for (const proto::Dim& d : type.dims)
-    dims.push_back(d.has_value && d.value >= 0 ? std::optional<int64_t>(d.value) : std::nullopt);
+  for (int64_t d : *declared) dims.push_back(d == kUnknownDim ? std::nullopt : std::optional<int64_t>(d));
   return dims;
 }
 

@@ -42,7 +42,7 @@ int32_t known_elem_type(const Value* v) {
   if (auto t = declared_tensor_type(v); t && t->elem_type) return t->elem_type;
   const Node* p = v->producer;
   if (p && p->op_type.value == "Cast" && is_standard_domain(p->domain.value) && v->producer_index == 0)
-    if (const Attribute* to = find_attribute(*p, "to")) return static_cast<int32_t>(to->i.value);
+    if (const Attribute* to = p->attribute("to")) return static_cast<int32_t>(to->i.value);
   return 0;
 }
 
@@ -93,16 +93,11 @@ std::optional<std::vector<int64_t>> constant_ints(const Value* v, const char** w
   return fail("has data of the wrong size");
 }
 
-const Attribute* find_attribute(const Node& n, const char* name) {
-  for (const auto& a : n.attributes)
-    if (a.name.value == name) return &a;
-  return nullptr;
-}
 
 IntList int_list(const Model& model, const Graph& graph, const Node& n, const char* attr, size_t input, int64_t since) {
   IntList out;
   const int64_t opset = default_opset(model, graph);
-  const Attribute* a = find_attribute(n, attr);
+  const Attribute* a = n.attribute(attr);
   if (opset ? opset < since : a != nullptr) {
     if (a) {
       out.present = true;

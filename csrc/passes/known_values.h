@@ -45,7 +45,4 @@ struct IntList {
 IntList int_list(const ir::Model& model, const ir::Graph& graph, const ir::Node& node, const char* attr,
                  size_t input, int64_t since);
 
-// The named attribute of `node`, or nullptr.
-const ir::Attribute* find_attribute(const ir::Node& node, const char* name);
-
 }  // namespace pyonnxopt::passes

@@ -27,8 +27,8 @@ from typing import Optional
 
 import numpy as np
 
-from pyonnxopt.check import _first_line
-from pyonnxopt.model import Graph, Model
+from pyonnxopt.errors import first_line
+from pyonnxopt.model import Graph, Model, raw_data
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,7 @@ def _run(ort, model: Model, nodes: list, outputs: list, refused: list) -> dict:
         sess = _session(ort, _model_of(model, nodes, outputs))
         return dict(zip(outputs, sess.run([v.name for v in outputs], {})))
     except Exception as e:
-        log.debug("batched folding failed (%s); folding node by node", _first_line(e))
+        log.debug("batched folding failed (%s); folding node by node", first_line(e))
     known: dict = {}
     failed: set = set()
     for n in nodes:
@@ -231,7 +231,7 @@ def _run(ort, model: Model, nodes: list, outputs: list, refused: list) -> dict:
             values = _session(ort, _model_of(model, [n], outs, fed)).run([v.name for v in outs], {v.name: a for v, a in fed.items()})
             known.update(zip(outs, values))
         except Exception as e:
-            refused.append(f"'{n.name}' ({n.op_type}): onnxruntime cannot run it: {_first_line(e)}")
+            refused.append(f"'{n.name}' ({n.op_type}): onnxruntime cannot run it: {first_line(e)}")
             failed.update(outs)
     return {v: known[v] for v in outputs if v in known}
 
@@ -263,8 +263,6 @@ class FoldConstantsOnnxruntime(Pass):
 
     @staticmethod
     def _apply(g: Graph, plan: _Plan, nodes: list, results: dict, options: PassOptions, as_node: bool, stats: dict):
-        from onnx import helper
-
         by_producer: dict = defaultdict(list)
         for v in results:
             by_producer[v.producer].append(v)
@@ -281,9 +279,7 @@ class FoldConstantsOnnxruntime(Pass):
                 stats["refused"].append(f"'{producer.name}' ({producer.op_type}): not folded: {why}")
                 continue
             for v, a in zip(values, arrays):
-                a = np.asarray(a, order="C")  # not ascontiguousarray: it makes scalars 1-D
-                dtype = int(helper.np_dtype_to_tensor_dtype(a.dtype))
-                g.set_constant(v, dtype, list(a.shape), a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes(), as_node)
+                g.set_constant(v, *raw_data(a), as_node)
                 produced.append(v.name)
         if not produced:
             return

@@ -41,3 +41,16 @@ def outputs(model, feeds: dict) -> list:
     elif isinstance(model, pyonnxopt.Model):
         model = model.to_bytes()
     return session(model).run(None, feeds)
+
+
+def same_bits(have, want) -> bool:
+    """Equal dtype, shape and bits (floats: NaN where the other has NaN, any payload)."""
+    import numpy as np
+
+    if have.dtype != want.dtype or have.shape != want.shape:
+        return False
+    if have.dtype.kind != "f":
+        return np.array_equal(have, want)
+    nan = np.isnan(have)
+    bits = np.dtype(f"u{have.dtype.itemsize}")
+    return np.array_equal(nan, np.isnan(want)) and np.array_equal(have[~nan].view(bits), want[~nan].view(bits))

@@ -27,7 +27,7 @@ from onnx import helper, numpy_helper
 from pyonnxopt import _core
 
 from helpers import outputs as ort_outputs
-from helpers import run_pass
+from helpers import run_pass, same_bits
 
 KERNEL_OPS = frozenset(_core.fold_kernel_ops())
 RTOL, ATOL = 1e-3, 1e-7  # what the onnx backend runner uses for node tests
@@ -120,18 +120,6 @@ def _feeds(case, inputs) -> dict:
             for vi, v in zip(case.model.graph.input, inputs)}
 
 
-def _same_bits(have: np.ndarray, want: np.ndarray) -> bool:
-    if have.dtype != want.dtype or have.shape != want.shape:
-        return False
-    if have.dtype.kind != "f":
-        return np.array_equal(have, want)
-    nan = np.isnan(have)
-    if not np.array_equal(nan, np.isnan(want)):
-        return False
-    bits = np.dtype(f"u{have.dtype.itemsize}")
-    return np.array_equal(have[~nan].view(bits), want[~nan].view(bits))
-
-
 def _close(have: np.ndarray, want: np.ndarray) -> None:
     assert have.dtype == want.dtype, f"dtype {have.dtype}, reference {want.dtype}"
     assert have.shape == want.shape, f"shape {have.shape}, reference {want.shape}"
@@ -166,7 +154,7 @@ def fold_case(name: str) -> tuple[int, int]:
             want = expected[k] if not isinstance(expected[k], onnx.TensorProto) else numpy_helper.to_array(expected[k])
             want = np.asarray(want)
             if from_ort is not None:
-                assert _same_bits(have, np.asarray(from_ort[k])), (
+                assert same_bits(have, np.asarray(from_ort[k])), (
                     f"{vi.name}: folded {have!r}, onnxruntime {from_ort[k]!r}")
             _close(have, want)
         assert not result.stats["refused"] or left, result.stats["refused"]

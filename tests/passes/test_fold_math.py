@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers import ops, outputs, run_pass
+from helpers import ops, outputs, run_pass, same_bits
 
 F16, F32, F64 = np.float16, np.float32, np.float64
 SIGNED = [np.int8, np.int16, np.int32, np.int64]
@@ -52,16 +52,6 @@ def folded_value(m) -> np.ndarray | None:
         if t.name == "y":
             return numpy_helper.to_array(t)
     return None
-
-
-def same_bits(have: np.ndarray, want: np.ndarray) -> bool:
-    if have.dtype != want.dtype or have.shape != want.shape:
-        return False
-    if have.dtype.kind != "f":
-        return np.array_equal(have, want)
-    nan = np.isnan(have)
-    bits = np.dtype(f"u{have.dtype.itemsize}")
-    return np.array_equal(nan, np.isnan(want)) and np.array_equal(have[~nan].view(bits), want[~nan].view(bits))
 
 
 def fold(op: str, arrays: list, opset: int = 18, **attrs):
