@@ -1,0 +1,3 @@
+"""The built-in fusion rules, in the order the pipeline runs them."""
+
+BUILTIN_RULES: list = []
