@@ -189,3 +189,24 @@ def test_pattern_errors_are_plain():
         from pyonnxopt.fusion.pattern import compile_pattern
 
         compile_pattern(Op("Add", Var("x"), Var("x", dtype=np.float32)), 17)
+
+
+def test_rules_run_in_subgraphs():
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    branch_out = helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Relu", ["r"], ["t"])],
+                               "then", [], [branch_out])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "else", [], [branch_out])
+    g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)], "g", [x, c], [y])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m = pyonnxopt.load(proto)
+    r = DoubleRelu().run(m)
+    assert r.modified and m.check_invariants() == []
+    then_branch = next(s for s in m.graph.nodes[0].subgraphs if s.name == "then")
+    assert [n.op_type for n in then_branch.nodes] == ["Relu"] and then_branch.nodes[0].outputs[0].name == "t"
+    feeds = {"x": np.array([-1.0, 2.0], np.float32), "c": np.array(True)}
+    assert np.array_equal(outputs(m, feeds)[0], outputs(proto, feeds)[0])
