@@ -210,3 +210,20 @@ def test_rules_run_in_subgraphs():
     assert [n.op_type for n in then_branch.nodes] == ["Relu"] and then_branch.nodes[0].outputs[0].name == "t"
     feeds = {"x": np.array([-1.0, 2.0], np.float32), "c": np.array(True)}
     assert np.array_equal(outputs(m, feeds)[0], outputs(proto, feeds)[0])
+
+
+def test_readme_rule_example_works():
+    import os
+    import re
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    code = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "class MulByOne" in b)
+    scope: dict = {}
+    exec(code, scope)
+    try:
+        proto = parse("""g (float[2,3] x) => (float[2,3] y) <float[1] one = {1.0}> { a = Relu(x)  y = Mul(a, one) }""")
+        optimized, report = pyonnxopt.optimize(proto)
+        assert ops(optimized) == ["Relu"] and optimized.graph.outputs[0].name == "y"
+        assert any(r["name"] == "fuse_mul_by_one" and r["rewrites"] for r in report["passes"])
+    finally:
+        passes.unregister("fuse_mul_by_one")
