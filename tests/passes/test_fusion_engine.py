@@ -227,3 +227,24 @@ def test_readme_rule_example_works():
         assert any(r["name"] == "fuse_mul_by_one" and r["rewrites"] for r in report["passes"])
     finally:
         passes.unregister("fuse_mul_by_one")
+
+
+def test_commutative_order_is_retried_when_exclusivity_fails():
+    class AddOfRelu(Rule):
+        name = "test_add_relu"
+        description = "Add(Relu(x), y)"
+
+        def pattern(self, opset):
+            return Op("Add", Op("Relu", Var("x"), name="relu"), Var("y"), commutative=True)
+
+        def rewrite(self, m, edit):
+            return f"matched relu={m['relu'].outputs[0].name}"
+
+    m, r = run(AddOfRelu(), """g (float[2] a, float[2] b) => (float[2] y, float[2] z) {
+        ra = Relu(a)
+        rb = Relu(b)
+        y = Add(ra, rb)
+        z = Neg(ra)
+    }""")
+    # Relu(a) is read by Neg too, so only the swapped order (Relu(b)) may match.
+    assert r.stats["near_misses"] == ["Add->y: matched relu=rb"]
