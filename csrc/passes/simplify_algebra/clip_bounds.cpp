@@ -4,6 +4,9 @@
 //   Min(Max(x, l1), h2) -> Clip(x, l1, h2);  Clip(Clip(x, l1, h1), l2, h2) -> Clip(x, max(l1, l2), min(h1, h2))
 // Clamping to [l1, h1] then to [l2, h2] is clamping to their intersection
 // when it is not empty; when it is, the result is a constant and stays.
+#include <cmath>
+#include <limits>
+
 #include "passes/known_values.h"
 #include "passes/simplify_algebra/rules.h"
 
@@ -25,6 +28,19 @@ struct Clamp {
 
 // One-element constant.
 bool read_bound(const Value* v, fold::Array& out) { return read_constant(v, out) && out.numel() == 1; }
+
+// The far end of a floating type as a scalar: ±infinity, or the largest
+// finite value (a Clip's default bound).
+fold::Array extreme(int32_t dtype, bool negative, bool infinite) {
+  std::string bytes;
+  auto put = [&bytes](auto v) { bytes.assign(reinterpret_cast<const char*>(&v), sizeof v); };
+  const double d = infinite ? HUGE_VAL : std::numeric_limits<double>::max();
+  const float f = infinite ? HUGE_VALF : std::numeric_limits<float>::max();
+  if (dtype == fold::kFloat16) put(uint16_t((negative ? 0x8000 : 0) | (infinite ? 0x7C00 : 0x7BFF)));
+  else if (dtype == fold::kDouble) put(negative ? -d : d);
+  else put(negative ? -f : f);
+  return fold::Array::of_bytes(dtype, {}, std::move(bytes));
+}
 
 bool as_clamp(const Node& n, int64_t opset, Clamp& out) {
   const std::string& op = n.op_type.value;
@@ -51,7 +67,12 @@ bool as_clamp(const Node& n, int64_t opset, Clamp& out) {
     (i == 1 ? out.lo_source : out.hi_source) = n.inputs[i];
     (i == 1 ? out.lo : out.hi) = std::move(c);
   }
-  return out.lo || out.hi;
+  if (!out.lo && !out.hi) return false;
+  // A floating Clip's missing bound is the largest finite value, not infinity:
+  // Clip(inf, 0) is FLT_MAX.
+  if (is_floating(out.dtype) && !out.lo) out.lo = extreme(out.dtype, true, false);
+  if (is_floating(out.dtype) && !out.hi) out.hi = extreme(out.dtype, false, false);
+  return true;
 }
 
 // -1, 0, 1 as a < b, a == b, a > b; 2 when unordered (NaN) or not a number type.
@@ -108,10 +129,16 @@ Value* scalar(Context& ctx, Graph& g, Node& before, const fold::Array& bound, Va
   return ctx.add_constant(g, &before, single_output(before)->name + suffix, s);
 }
 
-const char* emit_clip(Context& ctx, Graph& g, Node& outer, Node* inner, const Clamp& c) {
+const char* emit_clip(Context& ctx, Graph& g, Node& outer, Node* inner, Clamp c) {
+  // Max and Min leave infinities alone; a floating Clip without a bound
+  // would clamp them to the largest finite value: write the infinity.
+  if (is_floating(c.dtype)) {
+    if (!c.lo) c.lo = extreme(c.dtype, true, true);
+    if (!c.hi) c.hi = extreme(c.dtype, false, true);
+  }
   Value* lo = c.lo ? scalar(ctx, g, outer, *c.lo, c.lo_source, "_min") : nullptr;
   Value* hi = c.hi ? scalar(ctx, g, outer, *c.hi, c.hi_source, "_max") : nullptr;
-  if ((c.lo && !lo) || (c.hi && !hi)) return ctx.say("no constant for the bounds");
+  if ((c.lo && !lo) || (c.hi && !hi)) return ctx.reason();
   Node* clip = g.new_node();
   clip->op_type.set("Clip");
   if (outer.name.has) clip->name = outer.name;

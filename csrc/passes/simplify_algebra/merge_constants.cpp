@@ -92,7 +92,7 @@ const char* merge_constants(Context& ctx, Graph& g, Node& n) {
   if (!inner || !as_step(*inner, inner_step) || inner_step.additive != outer.additive) return kNotMine;
   const int64_t opset = ctx.opset(g);
   if (opset < 7) return "before opset 7 the broadcast attribute decides the shape";
-  if (!read_once(outer.x)) return ctx.say("'" + outer.x->name + "' has other readers");
+  if (!read_once(outer.x)) return ctx.say("'" + outer.x->name + "' is read by another node or is a graph output");
   if (n.pinned || inner->pinned) return "excluded from optimization";
   fold::Array c1, c2;
   if (!read_constant(inner_step.c, c1) || !read_constant(outer.c, c2)) return "a constant the kernels cannot read";
