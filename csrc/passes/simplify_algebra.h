@@ -15,12 +15,16 @@
 //   Neg(Neg(x)), Not(Not(x)), BitwiseNot(BitwiseNot(x))  ->  x
 //   f(f(x)) -> f(x) for f in Relu, Abs, Floor, Ceil, Round, Sign (idempotent)
 //   r(g(x)) -> g(x), r in Floor, Ceil, Round and g in Floor, Ceil, Round, Sign
-//   Relu(Abs(x)) -> Abs(x) (floating types);  Abs(Neg(x)) -> Abs(x)
+//   Relu(Abs(x)) -> Abs(x) (floating types);  Abs(Neg(x)) -> Abs(x) (when the Neg goes)
 //
 // Bounds (clip_bounds.cpp), from opset 11:
 //   Max(x, lo) -> Clip(x, lo)    Min(x, hi) -> Clip(x, , hi)   (lo, hi one element)
 //   Min(Max(x, l1), h2), Max(Min(x, h1), l2), Clip(Clip(x, l1, h1), l2, h2), ...
 //     ->  Clip(x, max(l1, l2), min(h1, h2))
+// Floating Clips get both bounds: one left out means the largest finite
+// value (Clip(inf, 0) is FLT_MAX), where Max and Min leave infinities alone,
+// so a missing Max/Min side is written as ±inf and a missing Clip side as
+// ±FLT_MAX.
 //
 // Constants merged (merge_constants.cpp), the first node goes:
 //   y = Add(Add(x, a), b)   ->   y = Add(x, a + b)      (a + b computed now)
@@ -37,7 +41,8 @@
 // Exactness. Integer results are bit for bit (+ - * wrap the same in any
 // order). Floating: x * 1, x / 1, Pow(x, 1), x + (-0), x - (+0), the chains
 // and the Concat rewrites are bit for bit. x + (+0) and x - (-0) turn -0
-// into +0, and Max/Min -> Clip may give -0 where Max/Min gave +0 (or the
+// into +0; onnxruntime's Where turns -0 into +0, the branch read directly
+// does not; Max/Min -> Clip may give -0 where Max/Min gave +0 (or the
 // reverse): equal numbers, different sign bits, accepted. onnxruntime's
 // Max, Min, Clip and Relu all keep NaN, so those rewrites keep NaN too.
 // Merged constants reassociate: (x + a) + b and x + (a + b) may differ in
@@ -50,6 +55,7 @@
 //      not a scalar; x's dims unknown where the constant's are not 1; for
 //      Where, the branch not taken of unknown shape or one that broadcasts;
 //   2. input and constant (or Where's branches) of different known types;
+//      binary ops before opset 7 (a `broadcast` attribute decided shapes);
 //   3. Pow(x, 1) with x int64/uint64, or of unknown type: onnxruntime
 //      computes those powers in double, which rounds past 2^53;
 //   4. Relu(Abs(x)) with x's type unknown (for integers Abs(INT_MIN) < 0);
@@ -61,7 +67,9 @@
 //   6. merging: the middle value read by another node or a graph output
 //      (then both nodes stay: nothing is saved); a merged constant larger
 //      than the two (broadcasting); one that overflows (or, for a product,
-//      underflows) where the two constants did not; before opset 7;
+//      underflows) where the two constants did not; before opset 7; a
+//      new constant a Constant node cannot hold (function bodies and IR < 4
+//      before opset 9: float types only);
 //   7. Concat: input sizes along the axis unknown; a Slice or Split whose
 //      starts/ends/split are not constants; a Split output that is a graph
 //      output;
