@@ -43,13 +43,13 @@ void sweep(algebra::Context& ctx) {
 
 }  // namespace
 
-PassStats SimplifyAlgebra::run(Model& model, const PassOptions& options) const {
+PassStats SimplifyAlgebra::run(Model& model, const PassOptions&) const {
   // One rewrite can enable another (Max -> Clip, then Min(Clip) -> Clip;
   // a merged constant that is all zeros): sweep until a sweep changes
   // nothing, and report that sweep's refusals, which are about the graph
   // as it is left.
   PassStats stats;
-  algebra::Context ctx(model, options);
+  algebra::Context ctx(model);
   for (;;) {
     PassStats one;
     ctx.stats = &one;

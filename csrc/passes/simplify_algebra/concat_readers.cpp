@@ -90,12 +90,7 @@ const char* split_sizes(Context& ctx, const Node& split, int64_t total, std::vec
 const char* undo_slice(Context& ctx, Node& slice, const Node& concat, const Parts& parts) {
   size_t which = 0;
   if (const char* why = sliced_part(ctx, slice, parts, which)) return why;
-  const std::string label = slice.display_name(), id = node_id(slice);
-  if (const char* why = bypass(*slice.graph, &slice, concat.inputs[which], slice.outputs[0])) return why;
-  ctx.stats->removed.push_back(label);
-  ++ctx.stats->nodes_removed;
-  ctx.stats->rewrites.push_back({"bypassed", {id}, {}});
-  return nullptr;
+  return ctx.bypass_node(*slice.graph, slice, concat.inputs[which]);
 }
 
 const char* undo_split(Context& ctx, Node& split, const Node& concat, const Parts& parts) {
@@ -114,13 +109,11 @@ const char* undo_split(Context& ctx, Node& split, const Node& concat, const Part
     if (out->is_graph_output()) return ctx.say("output '" + out->name + "' is a graph output");
     if (const char* why = why_not_reroute(sg, concat.inputs[j], out)) return why;
   }
-  const std::string label = split.display_name(), id = node_id(split);
   for (size_t j = 0; j < split.outputs.size(); ++j)
     if (split.outputs[j]) sg.replace_all_uses(split.outputs[j], concat.inputs[j]);
-  ctx.stats->removed.push_back(label);
-  ++ctx.stats->nodes_removed;
+  ctx.stats->rewrites.push_back({"bypassed", {node_id(split)}, {}});
+  ctx.count_removed(split);
   sg.remove_node(&split);
-  ctx.stats->rewrites.push_back({"bypassed", {id}, {}});
   return nullptr;
 }
 

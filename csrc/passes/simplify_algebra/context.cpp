@@ -1,12 +1,13 @@
 #include "passes/simplify_algebra/context.h"
 
+#include "passes/bypass.h"
 #include "passes/known_values.h"
 
 namespace pyonnxopt::passes::algebra {
 
 using namespace ir;
 
-Context::Context(Model& m, const PassOptions& o) : model(m), options(o) {
+Context::Context(Model& m) : model(m) {
   for (const Graph* g : model.all_graphs())
     for (const Value* v : g->values()) names_.insert(v->name);
 }
@@ -56,6 +57,15 @@ Value* Context::add_constant(Graph& g, Node* before, const std::string& base, co
   g.add_node(c, before);
   ++stats->nodes_added;
   return v;
+}
+
+const char* Context::bypass_node(Graph& g, Node& n, Value* in) {
+  const std::string label = n.display_name(), id = node_id(n);
+  if (const char* why = bypass(g, &n, in, n.outputs[0])) return why;
+  stats->removed.push_back(label);
+  ++stats->nodes_removed;
+  stats->rewrites.push_back({"bypassed", {id}, {}});
+  return nullptr;
 }
 
 bool Context::remove_if_unread(Graph& g, Node* n) {

@@ -18,10 +18,9 @@ namespace pyonnxopt::passes::algebra {
 
 class Context {
  public:
-  Context(ir::Model& model, const PassOptions& options);
+  explicit Context(ir::Model& model);
 
   ir::Model& model;
-  const PassOptions& options;
   PassStats* stats = nullptr;  // the current sweep's
 
   int64_t opset(const ir::Graph& g) const { return default_opset(model, g); }
@@ -42,6 +41,9 @@ class Context {
   // where a Constant cannot hold the type (before opset 9).
   ir::Value* add_constant(ir::Graph& g, ir::Node* before, const std::string& base, const fold::Array& a);
 
+  // bypass.h's bypass of `n` (first output -> `in`), recorded as a rewrite;
+  // nullptr when done, else why not.
+  const char* bypass_node(ir::Graph& g, ir::Node& n, ir::Value* in);
   // Removes `n` when none of its outputs is read and it is not pinned;
   // counts it. True when it went.
   bool remove_if_unread(ir::Graph& g, ir::Node* n);

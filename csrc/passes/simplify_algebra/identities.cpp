@@ -3,7 +3,6 @@
 // its readers read x.
 #include <type_traits>
 
-#include "passes/bypass.h"
 #include "passes/known_values.h"
 #include "passes/simplify_algebra/rules.h"
 
@@ -56,16 +55,6 @@ bool all_neutral(const fold::Array& a, Neutral k) {
 
 bool is_64_bit_integer(int32_t t) { return t == fold::kInt64 || t == fold::kUint64; }
 
-// Removes `n` (output y), its readers reading `x` instead; records it.
-const char* bypass_to(Context& ctx, Graph& g, Node& n, Value* x) {
-  const std::string label = n.display_name(), id = node_id(n);
-  if (const char* why = bypass(g, &n, x, n.outputs[0])) return why;
-  ctx.stats->removed.push_back(label);
-  ++ctx.stats->nodes_removed;
-  ctx.stats->rewrites.push_back({"bypassed", {id}, {}});
-  return nullptr;
-}
-
 const char* binary_identity(Context& ctx, Graph& g, Node& n, const Identity& form) {
   if (n.inputs.size() != 2 || !n.inputs[0] || !n.inputs[1]) return kNotMine;
   fold::Array c;
@@ -91,7 +80,7 @@ const char* binary_identity(Context& ctx, Graph& g, Node& n, const Identity& for
     return "input and constant types differ";
   }
   if (const char* why = keeps_shape(ctx, c.dims, x, "the constant")) return why;
-  return bypass_to(ctx, g, n, x);
+  return ctx.bypass_node(g, n, x);
 }
 
 // Where(c, a, b) with c constant and all true (-> a) or all false (-> b).
@@ -112,7 +101,7 @@ const char* where_identity(Context& ctx, Graph& g, Node& n) {
   auto other_dims = dims_of(other);
   if (!other_dims) return "shape of the branch not taken unknown";
   if (const char* why = keeps_shape(ctx, *other_dims, x, "the branch not taken")) return why;
-  return bypass_to(ctx, g, n, x);
+  return ctx.bypass_node(g, n, x);
 }
 
 }  // namespace

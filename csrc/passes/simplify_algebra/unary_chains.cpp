@@ -4,7 +4,6 @@
 //   r(g(x)) -> g(x), r rounding (Floor, Ceil, Round), g integral already
 //   Relu(Abs(x)) -> Abs(x) (floating types: Abs of INT_MIN is negative)
 //   Abs(Neg(x)) -> Abs(x) (when the Neg goes)
-#include "passes/bypass.h"
 #include "passes/known_values.h"
 #include "passes/simplify_algebra/rules.h"
 
@@ -38,31 +37,26 @@ const char* outer_adds_nothing(const std::string& outer, const std::string& inne
   return kNotMine;
 }
 
-void record(Context& ctx, const char* what, std::vector<std::string> consumed) {
-  ctx.stats->rewrites.push_back({what, std::move(consumed), {}});
-}
-
 }  // namespace
 
 const char* shorten_unary_chain(Context& ctx, Graph& g, Node& outer) {
   const std::string& op = outer.op_type.value;
   if (!is_involution(op) && !is_idempotent(op)) return kNotMine;
-  Value* y = single_output(outer);
-  if (!y || outer.inputs.size() != 1 || !outer.inputs[0]) return kNotMine;
+  if (!single_output(outer) || outer.inputs.size() != 1 || !outer.inputs[0]) return kNotMine;
   Node* inner = producer_in(g, outer.inputs[0]);
   if (!inner || inner->inputs.size() != 1 || !inner->inputs[0]) return kNotMine;
   Value* m = inner->outputs[0];
   Value* x = inner->inputs[0];
   const std::string& inner_op = inner->op_type.value;
-  const std::string outer_label = outer.display_name(), outer_id = node_id(outer), inner_id = node_id(*inner);
+  const std::string inner_id = node_id(*inner);
 
   if (is_involution(op) && inner_op == op) {
     if (inner->pinned) return "excluded from optimization";
-    if (const char* why = bypass(g, &outer, x, y)) return why;
-    ctx.stats->removed.push_back(outer_label);
-    ++ctx.stats->nodes_removed;
-    const bool both = ctx.remove_if_unread(g, inner);
-    record(ctx, "bypassed", both ? std::vector<std::string>{inner_id, outer_id} : std::vector<std::string>{outer_id});
+    if (const char* why = ctx.bypass_node(g, outer, x)) return why;
+    if (ctx.remove_if_unread(g, inner)) {
+      auto& consumed = ctx.stats->rewrites.back().consumed;
+      consumed.insert(consumed.begin(), inner_id);
+    }
     return nullptr;
   }
   if (op == "Abs" && inner_op == "Neg") {
@@ -71,17 +65,12 @@ const char* shorten_unary_chain(Context& ctx, Graph& g, Node& outer) {
     if (outer.pinned || inner->pinned) return "excluded from optimization";
     g.set_input(&outer, 0, x);
     ctx.remove_if_unread(g, inner);
-    record(ctx, "bypassed", {inner_id});
+    ctx.stats->rewrites.push_back({"bypassed", {inner_id}, {}});
     return nullptr;
   }
   const int32_t type = known_elem_type(m) ? known_elem_type(m) : known_elem_type(x);
-  const char* why = outer_adds_nothing(op, inner_op, type);
-  if (why) return why;
-  if ((why = bypass(g, &outer, m, y))) return why;
-  ctx.stats->removed.push_back(outer_label);
-  ++ctx.stats->nodes_removed;
-  record(ctx, "bypassed", {outer_id});
-  return nullptr;
+  if (const char* why = outer_adds_nothing(op, inner_op, type)) return why;
+  return ctx.bypass_node(g, outer, m);
 }
 
 }  // namespace pyonnxopt::passes::algebra
