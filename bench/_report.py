@@ -37,7 +37,8 @@ def header(doc: dict) -> str:
                if setup else "onnxruntime's default threads")
     used = [rec["runs"] for m in doc["models"].values() for r in m["rows"].values()
             for rec in r.get("latency", {}).values() if rec.get("runs")]
-    runs = f"median of {a['latency_runs']} runs after a warm-up"
+    clock = {"cpu": "CPU time", "wall": "wall time"}.get(a.get("latency_clock"), "wall time")
+    runs = f"{clock}, median of {a['latency_runs']} runs after a warm-up"
     if a.get("latency_budget"):
         runs += f" (fewer, at least {MIN_LATENCY_RUNS}, where they would take over {a['latency_budget']:.0f} s " \
                 f"per model and level)"

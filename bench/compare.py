@@ -209,6 +209,7 @@ def run_evaluation(original: str, results: dict, example: dict, args, work: str,
         json.dump({"original": original, "results": results, "example": example, "seed": args.seed,
                    "latency_runs": args.latency_runs, "levels": args.latency_level,
                    "latency_block": args.latency_block, "latency_budget": args.latency_budget,
+                   "latency_clock": args.latency_clock,
                    "include_original": include_original}, f)
     res_path = os.path.join(work, "evaluation.json")
     if os.path.exists(res_path):
@@ -336,6 +337,9 @@ def main(argv=None) -> int:
     ap.add_argument("--latency-level", type=_levels, default="disable,all",
                     help=f"comma-separated onnxruntime graph optimization levels, one latency column each, from "
                          f"{list(_evaluate.LEVELS)} (default: disable,all: none, and onnxruntime's default)")
+    ap.add_argument("--latency-clock", choices=["cpu", "wall"], default="cpu",
+                    help="what a latency is: the CPU time of the (one-threaded) run, which other jobs on the machine "
+                         "do not lengthen (default), or its wall time; both medians are in --json")
     ap.add_argument("--latency-block", type=int, default=4,
                     help="timed runs per result and round; the results of a model take turns (default 4)")
     ap.add_argument("--latency-budget", type=float, default=120,
