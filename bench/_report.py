@@ -45,7 +45,7 @@ def header(doc: dict) -> str:
     if used and min(used) != max(used):
         runs += f"; runs used {min(used)}..{max(used)}"
     if a.get("latency_block"):
-        runs += f"; a model's results take turns in rounds of {a['latency_block']} runs"
+        runs += f"; a model's results take turns, each round 1 untimed + {a['latency_block']} timed run(s) each"
     return "\n".join([
         f"machine: {env.get('cpus')} CPUs, 1-min load average {min(loads, default=0):.1f}..{max(loads, default=0):.1f} "
         f"during the runs; {a['repeats']} repeats; timeout {a['timeout']:.0f} s",

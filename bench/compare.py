@@ -1,7 +1,8 @@
 """pyonnxopt against peer optimizers on the zoo: time, memory, nodes, correctness, latency.
 
     python bench/zoo.py                                  # build the zoo first (cached)
-    python bench/compare.py                              # every zoo model, every tool
+    python bench/compare.py                              # every zoo model, the default tools
+    python bench/compare.py --tools default,pyonnxopt-ort --latency-level disable,all
     python bench/compare.py --models resnet50,bert_base --tools pyonnxopt,onnxsim --repeats 3
     python bench/compare.py --big bench/out/gpt2_large/model.onnx --json out.json
 
@@ -18,7 +19,8 @@ nodes (main graph and subgraphs), Transposes, nodes in onnxruntime's own
 domains, nodes left whose inputs are all constant (folding that was missed),
 the outputs compared with the original's in onnxruntime (graph optimizations
 off, seeded inputs), and the median latency in onnxruntime on the CPU at each
---latency-level (one thread; the results of a model take turns). The ratios
+--latency-level (one thread, CPU time by default; the results of a model take
+turns). The ratios
 to the best peer and the goals with their verdicts are in bench/_goals.py.
 Results: tables (rich) on stdout, everything in --json.
 """
@@ -304,6 +306,13 @@ def _levels(text: str) -> list:
     return list(dict.fromkeys(levels))
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: at least 1")
+    return n
+
+
 def _tool_list(text: str) -> list:
     tools = []
     for t in (x.strip() for x in text.split(",")):
@@ -340,8 +349,9 @@ def main(argv=None) -> int:
     ap.add_argument("--latency-clock", choices=["cpu", "wall"], default="cpu",
                     help="what a latency is: the CPU time of the (one-threaded) run, which other jobs on the machine "
                          "do not lengthen (default), or its wall time; both medians are in --json")
-    ap.add_argument("--latency-block", type=int, default=4,
-                    help="timed runs per result and round; the results of a model take turns (default 4)")
+    ap.add_argument("--latency-block", type=_positive, default=1,
+                    help="timed runs per result and round, after one untimed run; the results of a model take "
+                         "turns (default 1: the finest mix, twice the runs)")
     ap.add_argument("--latency-budget", type=float, default=120,
                     help=f"seconds per model and level; slower models get fewer runs, at least "
                          f"{_evaluate.MIN_LATENCY_RUNS} (default 120; 0: no limit)")

@@ -101,7 +101,7 @@ def test_unmeasured_latency_of_a_right_result_fails():
 def _doc(models: dict) -> dict:
     doc = {"models": {n: {"rows": rows, "big": False, "runs": []} for n, rows in models.items()},
            "args": {"latency_level": LEVELS, "repeats": 1, "timeout": 600, "latency_runs": 20,
-                    "latency_budget": 120, "latency_block": 4, "latency_clock": "cpu"},
+                    "latency_budget": 120, "latency_block": 1, "latency_clock": "cpu"},
            "environment": {"cpus": 2}, "tools": ["pyonnxopt", "pyonnxopt-ort", "onnxsim", "ort-basic"],
            "latency_setup": _evaluate.LATENCY_SETUP}
     compare.judge(doc)
