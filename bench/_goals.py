@@ -60,6 +60,12 @@ def counted_peers(rows: dict, tool: str) -> tuple:
     return [p for p in peers if not rows[p].get("ms_nodes")], [p for p in peers if rows[p].get("ms_nodes")]
 
 
+def ratio(mine: float, best: float) -> float:
+    if best:
+        return mine / best
+    return 1.0 if mine == best else INF
+
+
 def model_ratios(rows: dict, levels) -> dict:
     """Per pyonnxopt variant in `rows`: its ratios to the best peer on this
     model; infinite where it failed and the reference exists."""
@@ -73,10 +79,10 @@ def model_ratios(rows: dict, levels) -> dict:
         peers, excluded = counted_peers(rows, tool)
         rec = {"failed": not ok, "excluded_peers": excluded}
         if times:
-            rec["time_vs_fastest_sim_slim"] = r["wall_s"] / min(times) if ok else INF
+            rec["time_vs_fastest_sim_slim"] = ratio(r["wall_s"], min(times)) if ok else INF
         best = min(((rows[p]["nodes"], p) for p in peers if rows[p].get("nodes") is not None), default=None)
         if best:
-            rec["nodes_vs_best_peer"], rec["nodes_best_peer"] = (r["nodes"] / best[0] if ok else INF), best[1]
+            rec["nodes_vs_best_peer"], rec["nodes_best_peer"] = (ratio(r["nodes"], best[0]) if ok else INF), best[1]
         rec["latency_vs_best_peer"], rec["latency_best_peer"], rec["latency_within_noise"] = {}, {}, {}
         for level in levels:
             best = min(((latency(rows[p], level)["ms"], p) for p in peers if latency(rows[p], level)), default=None)
@@ -84,18 +90,18 @@ def model_ratios(rows: dict, levels) -> dict:
                 continue
             mine = latency(r, level) if ok else None
             # A right result whose latency could not be measured is as bad as a wrong one.
-            ratio = mine["ms"] / best[0] if mine else INF
-            rec["latency_vs_best_peer"][level], rec["latency_best_peer"][level] = ratio, best[1]
+            lat_ratio = ratio(mine["ms"], best[0]) if mine else INF
+            rec["latency_vs_best_peer"][level], rec["latency_best_peer"][level] = lat_ratio, best[1]
             # Worse by the medians while the interquartile ranges overlap: within the noise.
             theirs = latency(rows[best[1]], level)
             rec["latency_within_noise"][level] = bool(
-                mine and ratio > 1 and mine.get("p25_ms", INF) <= theirs.get("p75_ms", -INF))
+                mine and lat_ratio > 1 and mine.get("p25_ms", INF) <= theirs.get("p75_ms", -INF))
         before = rows.get("original", {}).get("transposes")
         if before is not None:
             after = r.get("transposes") if ok else None
             rec["transposes"] = after
-            rec["transposes_vs_original"] = (INF if after is None else
-                                             after / before if before else (0.0 if after == 0 else INF))
+            # none before and none after: nothing was left to remove
+            rec["transposes_vs_original"] = INF if after is None else (ratio(after, before) if before or after else 0.0)
         out[tool] = rec
     return out
 

@@ -63,6 +63,16 @@ def test_ratios_time_latency_transposes():
     assert r["failed"] is False
 
 
+def test_transposes_none_before_none_after_meets_the_goal():
+    rows = rows_with_ort_peer()
+    rows["original"]["transposes"] = 0
+    rows["pyonnxopt"]["transposes"] = 0
+    rows["pyonnxopt-ort"]["transposes"] = 1
+    r = _goals.model_ratios(rows, LEVELS)
+    assert r["pyonnxopt"]["transposes_vs_original"] == 0.0
+    assert r["pyonnxopt-ort"]["transposes_vs_original"] == INF
+
+
 def test_worse_latency_with_overlapping_quartiles_is_within_noise():
     rows = rows_with_ort_peer()
     rows["pyonnxopt"] = row(100, 9.0, 4.2, spread=0.1)
