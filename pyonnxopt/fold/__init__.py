@@ -18,11 +18,10 @@ The thresholds come from bench/fold_backends.py (see bench/README.md); the
 environment variables PYONNXOPT_NUMBA_THRESHOLD and PYONNXOPT_CUPY_THRESHOLD
 (bytes) override them.
 
-Results agree between backends: transpose and cast exactly (bit for bit;
-casts of out-of-range floats to integers are undefined in ONNX and not
-compared), scale_channels and fold_batchnorm exactly between numpy and numba
-and within 1 ulp of the weight dtype with cupy, matmul within float
-re-association error.
+Results agree between backends bit for bit (a NaN's payload aside), except
+matmul, where BLAS and cuBLAS sum in their own orders (float re-association
+error). Casts of out-of-range floats to integers are undefined in ONNX and
+may differ.
 """
 
 from __future__ import annotations
@@ -64,10 +63,13 @@ def _float_weight(weight: np.ndarray, what: str) -> np.ndarray:
     return weight
 
 
-def _channel_axis(weight: np.ndarray, axis: int) -> int:
+def _channel_axis(weight: np.ndarray, axis: int, groups: int) -> int:
     if not -weight.ndim <= axis < weight.ndim:
         raise ValueError(f"axis {axis} is out of range for a weight of rank {weight.ndim}")
-    return axis % weight.ndim
+    axis %= weight.ndim
+    if groups != 1 and (groups < 1 or axis == 0 or weight.shape[0] % groups):
+        raise ValueError(f"groups={groups} needs a channel axis after axis 0 and axis 0 ({weight.shape[0]}) divisible by it")
+    return axis
 
 
 def _per_channel(x, channels: int, what: str) -> np.ndarray:
@@ -92,27 +94,33 @@ def batchnorm_scale(scale, var, eps: float, backend: Optional[str] = None) -> np
     return s.astype(compute_dtype(scale.dtype))
 
 
-def scale_channels(weight, s, axis: int, backend: Optional[str] = None) -> np.ndarray:
+def scale_channels(weight, s, axis: int, backend: Optional[str] = None, groups: int = 1) -> np.ndarray:
     """weight * s broadcast along `axis` (s is 1-D with weight.shape[axis]
-    elements), in the weight's dtype. For a grouped ConvTranspose, whose
-    weight is [C_in, C_out/group, ...], pass s already expanded to that axis.
-    s is rounded to the weight's compute dtype first; the product is rounded
-    once.
+    elements), in the weight's dtype. s is rounded to the weight's compute
+    dtype first; the product is rounded once.
+
+    groups > 1 is a grouped ConvTranspose, whose weight is
+    [C_in, C_out/groups, ...] with the output channels on axis 1: s then has
+    all C_out elements and input-channel group g (of axis 0) is scaled by
+    s[g * C_out/groups : (g+1) * C_out/groups].
     """
     weight = _float_weight(weight, "scale_channels")
-    axis = _channel_axis(weight, axis)
-    s = _per_channel(s, weight.shape[axis], "s").astype(compute_dtype(weight.dtype))
-    return _run("scale_channels", backend, weight.nbytes, weight, s, axis)
+    axis = _channel_axis(weight, axis, groups)
+    s = _per_channel(s, groups * weight.shape[axis], "s").astype(compute_dtype(weight.dtype))
+    return _run("scale_channels", backend, weight.nbytes, weight, s, axis, groups)
 
 
 def fold_batchnorm(weight, bias, scale, beta, mean, var, eps: float, axis: int,
-                   backend: Optional[str] = None) -> tuple:
+                   backend: Optional[str] = None, groups: int = 1) -> tuple:
     """(new_weight, new_bias) of a Conv/ConvTranspose/Gemm followed by
     BatchNormalization (inference mode), both in the weight's dtype:
 
         s = scale / sqrt(var + eps)
         new_weight = weight * s        (along `axis`, the output channels)
         new_bias = (bias - mean) * s + beta      (bias None means zeros)
+
+    `groups` as in scale_channels (a grouped ConvTranspose: axis=1 and the
+    per-channel vectors have all C_out = groups * weight.shape[1] elements).
 
     s and new_bias are computed in float64 and rounded once; new_weight is
     weight * s rounded once (s rounded to float32 first for float32 and
@@ -123,12 +131,12 @@ def fold_batchnorm(weight, bias, scale, beta, mean, var, eps: float, axis: int,
     outputs of magnitude about 1.
     """
     weight = _float_weight(weight, "fold_batchnorm")
-    axis = _channel_axis(weight, axis)
-    channels = weight.shape[axis]
+    axis = _channel_axis(weight, axis, groups)
+    channels = groups * weight.shape[axis]
     s = _per_channel(scale, channels, "scale") / np.sqrt(_per_channel(var, channels, "var") + float(eps))
     b = np.zeros(channels) if bias is None else _per_channel(bias, channels, "bias")
     new_bias = ((b - _per_channel(mean, channels, "mean")) * s + _per_channel(beta, channels, "beta")).astype(weight.dtype)
-    new_weight = _run("scale_channels", backend, weight.nbytes, weight, s.astype(compute_dtype(weight.dtype)), axis)
+    new_weight = _run("scale_channels", backend, weight.nbytes, weight, s.astype(compute_dtype(weight.dtype)), axis, groups)
     return new_weight, new_bias
 
 

@@ -54,15 +54,16 @@ def _bfloat16(*arrays) -> bool:
 
 
 @_on_gpu
-def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int) -> np.ndarray:
+def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int, groups: int) -> np.ndarray:
     if _bfloat16(weight):
-        return numpy_backend.scale_channels(weight, s, axis)
+        return numpy_backend.scale_channels(weight, s, axis, groups)
     weight = np.ascontiguousarray(weight)
     out = np.empty(weight.shape, weight.dtype)
     if weight.size == 0:
         return out
     channels = weight.shape[axis]
     rows = int(np.prod(weight.shape[: axis + 1], dtype=np.int64))
+    group_rows = rows // groups  # rows of [rows, inner] per group of axis 0
     inner = weight.size // rows
     w2, o2 = weight.reshape(rows, inner), out.reshape(rows, inner)
     s_gpu = cp.asarray(s)
@@ -73,7 +74,8 @@ def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int) -> np.ndarray:
     cols_per_piece = inner if rows_per_piece > 1 else max(1, _PIECE // weight.itemsize)
     for r0 in range(0, rows, rows_per_piece):
         r1 = min(rows, r0 + rows_per_piece)
-        factors = s_gpu[cp.arange(r0, r1) % channels][:, None]
+        r = cp.arange(r0, r1)
+        factors = s_gpu[(r // group_rows) * channels + r % channels][:, None]
         for c0 in range(0, inner, cols_per_piece):
             c1 = min(inner, c0 + cols_per_piece)
             piece = cp.asarray(w2[r0:r1, c0:c1]).astype(compute, copy=False)

@@ -48,41 +48,59 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(np.uint16)
 
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view: numba compiles a kernel once per writability, and
+    inputs often are read-only (memory-mapped weights); one variant will do."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 # ---- scale_channels
 
 
+# Rows of [outer * channels, inner]: row r is channel r % channels of group
+# r // group_rows, so it takes s[group * channels + r % channels].
+
+
 @njit(parallel=True, cache=True)
-def _scale_rows(w, s, channels, out):
+def _scale_rows(w, s, channels, group_rows, out):
     for r in prange(w.shape[0]):
-        sc = s[r % channels]
+        sc = s[(r // group_rows) * channels + r % channels]
         for i in range(w.shape[1]):
             out[r, i] = w[r, i] * sc
 
 
 @njit(parallel=True, cache=True)
-def _scale_cols(w, s_row, out):
+def _scale_rows_half(w, values, s, channels, group_rows, bf16, out):
     for r in prange(w.shape[0]):
+        sc = s[(r // group_rows) * channels + r % channels]
+        for i in range(w.shape[1]):
+            out[r, i] = half_bits(values[w[r, i]] * sc, bf16)
+
+
+# Rows of [outer, channels * inner] (short inner dims): row r belongs to
+# group r // group_rows, whose factors are s_rows[group], repeated per item.
+
+
+@njit(parallel=True, cache=True)
+def _scale_cols(w, s_rows, group_rows, out):
+    for r in prange(w.shape[0]):
+        s_row = s_rows[r // group_rows]
         for i in range(w.shape[1]):
             out[r, i] = w[r, i] * s_row[i]
 
 
 @njit(parallel=True, cache=True)
-def _scale_rows_half(w, values, s, channels, bf16, out):
+def _scale_cols_half(w, values, s_rows, group_rows, bf16, out):
     for r in prange(w.shape[0]):
-        sc = s[r % channels]
-        for i in range(w.shape[1]):
-            out[r, i] = half_bits(values[w[r, i]] * sc, bf16)
-
-
-@njit(parallel=True, cache=True)
-def _scale_cols_half(w, values, s_row, bf16, out):
-    for r in prange(w.shape[0]):
+        s_row = s_rows[r // group_rows]
         for i in range(w.shape[1]):
             out[r, i] = half_bits(values[w[r, i]] * s_row[i], bf16)
 
 
-def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int) -> np.ndarray:
-    weight = np.ascontiguousarray(weight)
+def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int, groups: int) -> np.ndarray:
+    weight = _readonly(np.ascontiguousarray(weight))
     out = np.empty(weight.shape, weight.dtype)
     if weight.size == 0:
         return out
@@ -90,20 +108,22 @@ def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int) -> np.ndarray:
     channels = weight.shape[axis]
     inner = weight.size // (outer * channels)
     half = weight.dtype.name in ("float16", "bfloat16")
+    bf16 = weight.dtype.name == "bfloat16"
     w, o = (_bits(weight), _bits(out)) if half else (weight, out)
     if inner >= _SHORT_ROW or outer == 1:
         w2, o2 = w.reshape(outer * channels, inner), o.reshape(outer * channels, inner)
+        group_rows = outer // groups * channels
         if half:
-            _scale_rows_half(w2, _table(weight.dtype), s, channels, weight.dtype.name == "bfloat16", o2)
+            _scale_rows_half(w2, _table(weight.dtype), s, channels, group_rows, bf16, o2)
         else:
-            _scale_rows(w2, s, channels, o2)
+            _scale_rows(w2, s, channels, group_rows, o2)
     else:
-        s_row = np.repeat(s, inner)
+        s_rows = np.repeat(s.reshape(groups, channels), inner, axis=1)
         w2, o2 = w.reshape(outer, channels * inner), o.reshape(outer, channels * inner)
         if half:
-            _scale_cols_half(w2, _table(weight.dtype), s_row, weight.dtype.name == "bfloat16", o2)
+            _scale_cols_half(w2, _table(weight.dtype), s_rows, outer // groups, bf16, o2)
         else:
-            _scale_cols(w2, s_row, o2)
+            _scale_cols(w2, s_rows, outer // groups, o2)
     return out
 
 
@@ -202,7 +222,7 @@ def _strides(shape) -> list:
 def transpose(a: np.ndarray, perm: tuple) -> np.ndarray:
     if a.dtype.hasobject or a.dtype.itemsize not in (1, 2, 4, 8):
         return numpy_backend.transpose(a, perm)
-    a = np.ascontiguousarray(a)
+    a = _readonly(np.ascontiguousarray(a))
     out = np.empty(tuple(a.shape[p] for p in perm), a.dtype)
     shape, rperm = reduce_transpose(a.shape, perm)
     if a.size == 0 or rperm == tuple(range(len(rperm))):
@@ -265,7 +285,7 @@ def cast(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if not ((native_src or half_src) and (native_dst or half_dst)) or (half_src and half_dst) \
             or (half_dst and src != np.float32):
         return numpy_backend.cast(a, dst)  # numba cannot do it, or not with one rounding
-    a = np.ascontiguousarray(a)
+    a = _readonly(np.ascontiguousarray(a))
     out = np.empty(a.shape, dst)
     flat_in, flat_out = a.reshape(-1), out.reshape(-1)
     if a.size == 0:

@@ -15,14 +15,17 @@ from pyonnxopt.fold.dtypes import compute_dtype, is_half
 name = "numpy"
 
 
-def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int) -> np.ndarray:
-    """weight * s along `axis`; `s` is 1-D in the compute dtype of the weight."""
-    shape = [1] * weight.ndim
-    shape[axis] = s.shape[0]
+def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int, groups: int) -> np.ndarray:
+    """weight * s along `axis`; `s` is 1-D in the compute dtype of the weight,
+    groups * weight.shape[axis] long: group g (of axis 0) takes its slice."""
     out = np.empty(weight.shape, weight.dtype)
+    # Axis 0 split into (groups, rest): s broadcasts over both group and channel.
+    grouped = (groups, weight.shape[0] // groups) + weight.shape[1:]
+    shape = [1] * len(grouped)
+    shape[0], shape[axis + 1] = groups, weight.shape[axis]
     # dtype= computes in s's precision; numpy converts halves in small
     # buffers, so no float32 copy of the weight is made.
-    np.multiply(weight, s.reshape(shape), out=out, dtype=s.dtype, casting="same_kind")
+    np.multiply(weight.reshape(grouped), s.reshape(shape), out=out.reshape(grouped), dtype=s.dtype, casting="same_kind")
     return out
 
 

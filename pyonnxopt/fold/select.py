@@ -1,11 +1,16 @@
 """Which fold backend runs: by name, or chosen by the size of the tensor.
 
-The thresholds are set from bench/fold_backends.py (bench/README.md has the
-numbers): numba pays from NUMBA_THRESHOLD bytes on once its import and
-cached kernels are loaded. CUPY_THRESHOLD was not measured (no GPU was at
-hand); every fold op is a round trip over PCIe, so a GPU only pays for
-tensors far bigger than numba's. Environment variables of the same names
-with a PYONNXOPT_ prefix override them (bytes, e.g. 1e8).
+The thresholds come from bench/fold_backends.py (bench/README.md has the
+numbers, 2 cores). numba's kernels are 1.7-6x faster than numpy's from about
+1 MB, but the first use in a process costs about 1.5 s (importing numba and
+loading the cached kernels). So numba is chosen for a tensor of
+NUMBA_THRESHOLD bytes, where one call about repays that cost, and once it is
+loaded, for every tensor from NUMBA_WARM_THRESHOLD. CUPY_THRESHOLD was not
+measured (no GPU at hand): each fold op is a round trip over PCIe, so a GPU
+can only pay for tensors far bigger than numba's.
+
+PYONNXOPT_NUMBA_THRESHOLD (both numba thresholds) and
+PYONNXOPT_CUPY_THRESHOLD override them, in bytes (e.g. 1e8).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import functools
 import importlib
 import logging
 import os
+import sys
 from typing import Optional
 
 from pyonnxopt.errors import BackendUnavailable, first_line
@@ -21,7 +27,8 @@ from pyonnxopt.errors import BackendUnavailable, first_line
 log = logging.getLogger(__name__)
 
 BACKENDS = ("numpy", "numba", "cupy")
-NUMBA_THRESHOLD = 16 << 20
+NUMBA_THRESHOLD = 1 << 30
+NUMBA_WARM_THRESHOLD = 4 << 20
 CUPY_THRESHOLD = 1 << 30
 
 _INSTALL = {"numba": "pip install numba", "cupy": "pip install cupy-cuda12x"}
@@ -39,7 +46,9 @@ def _threshold(env: str, default: int) -> int:
 
 
 def numba_threshold() -> int:
-    return _threshold("PYONNXOPT_NUMBA_THRESHOLD", NUMBA_THRESHOLD)
+    """The smaller threshold once numba's backend is loaded in this process."""
+    loaded = "pyonnxopt.fold.numba_backend" in sys.modules
+    return _threshold("PYONNXOPT_NUMBA_THRESHOLD", NUMBA_WARM_THRESHOLD if loaded else NUMBA_THRESHOLD)
 
 
 def cupy_threshold() -> int:
