@@ -231,3 +231,14 @@ def test_torch_conv_bn_export():
     assert [n.op_type for n in proto.graph.node].count("BatchNormalization") == 2
     m, r = fused(proto, rtol=1e-4, atol=1e-5)
     assert ops(m) == ["Conv", "ConvTranspose"] and len(r.stats["rewrites"]) == 2
+
+
+def test_refuses_a_negative_variance():
+    weights = rng_weights(w=(6, 4, 3, 3), scale=(6,), beta=(6,), mean=(6,), var=(6,))
+    weights["var"][2] = -1.0
+    proto = with_weights("""g (float[1,4,9,9] x) => (float[?,?,?,?] y) {
+        t = Conv (x, w)
+        y = BatchNormalization (t, scale, beta, mean, var)
+    }""", **weights)
+    m, r = run_rule(RULE, proto)
+    assert not r.modified and near_misses(r) == ["BatchNormalization's scale / sqrt(var + epsilon), mean or B is not finite"]

@@ -74,8 +74,11 @@ def test_gemm_add_moves_beta_into_c(c):
     assert gemm.attributes == {"beta": 1.0} and gemm.inputs[1].name == "w"
 
 
-def refusal(text, **shapes):
-    m, r = run_rule(RULE, with_weights(text, **rng_weights(**shapes)))
+def refusal(text, seed_inf=False, **shapes):
+    weights = rng_weights(**shapes)
+    if seed_inf:
+        weights["k"].flat[0] = np.inf
+    m, r = run_rule(RULE, with_weights(text, **weights))
     assert not r.modified
     return near_misses(r)
 
@@ -97,6 +100,11 @@ def test_refuses_a_constant_that_widens_the_output():
 def test_refuses_a_gemm_constant_per_row():
     assert refusal("g (float[3,5] a) => (float[3,6] y) { t = Gemm (a, w)  y = Add (t, k) }", w=(5, 6), k=(3, 1)) == [
         "the constant's shape [3, 1] varies along the batch axis 0"]
+
+
+def test_refuses_an_infinite_scale():
+    assert refusal(CONV + " { t = Conv (x, w)  y = Mul (t, k) }", w=(6, 4, 3, 3), k=(6, 1, 1), seed_inf=True) == [
+        "the scale is not finite"]
 
 
 def test_refuses_another_reader_and_a_non_constant():

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
+from pyonnxopt import fold
 from pyonnxopt.fusion.pattern import Const, Op
 from pyonnxopt.fusion.rules._channels import attribute
 
@@ -34,6 +37,12 @@ def batchnorm_refusal(m, channels: int) -> Optional[str]:
         shape = list(m.array(p).shape)
         if shape != [channels]:
             return f"BatchNormalization {p} has shape {shape}, the producer {channels} channels"
+    scale, beta, mean, var = parameters(m)
+    # Folded, an infinite or NaN factor would reach outputs the original
+    # computes differently (inf * 0 in the weight sums).
+    if not (np.isfinite(fold.batchnorm_scale(scale, var, epsilon(m))).all() and np.isfinite(beta).all()
+            and np.isfinite(mean).all()):
+        return "BatchNormalization's scale / sqrt(var + epsilon), mean or B is not finite"
     return None
 
 

@@ -19,7 +19,8 @@ Refuses when:
 5. the weight is not float16, float or double;
 6. the weight's rank is below 3, or ConvTranspose's group does not divide
    its input channels;
-7. a BatchNormalization parameter is not one number per output channel.
+7. a BatchNormalization parameter is not one number per output channel;
+8. scale / sqrt(var + epsilon), mean or B is not finite.
 """
 
 from __future__ import annotations

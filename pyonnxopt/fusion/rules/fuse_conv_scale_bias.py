@@ -21,7 +21,8 @@ Refuses when:
    other than the output's;
 5. the weight's rank does not fit the op, or ConvTranspose's group does not
    divide its input channels;
-6. the opset is below 7 (Mul and Add broadcast by attribute there).
+6. a Mul's constant holds inf or NaN;
+7. the opset is below 7 (Mul and Add broadcast by attribute there).
 """
 
 from __future__ import annotations
@@ -55,7 +56,13 @@ class FuseConvScaleBias(Rule):
         ch = channels_of(m["producer"], m.array("w"))
         if isinstance(ch, str):
             return ch
-        return per_channel_refusal(m.shape("k"), ch)
+        why = per_channel_refusal(m.shape("k"), ch)
+        if why:
+            return why
+        if m.root.op_type == "Mul" and not np.isfinite(m.array("k")).all():
+            # inf * 0 inside the weight sums would differ from the product outside
+            return "the scale is not finite"
+        return None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         producer, w = m["producer"], m.array("w")

@@ -24,7 +24,8 @@ Refuses when:
    product is not its feature axis);
 4. the weight is not float16, float or double, or not 2-D;
 5. Gemm's C varies along axis 0 (one bias per row, not per channel);
-6. a BatchNormalization parameter is not one number per output column;
+6. a BatchNormalization parameter is not one number per output column, or
+   scale / sqrt(var + epsilon), mean or B is not finite;
 7. the opset is below 7 (Add and Gemm broadcast by attribute there).
 """
 
