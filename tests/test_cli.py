@@ -49,7 +49,7 @@ def test_info_counts_subgraphs_and_functions(if_model, tmp_path, capsys):
 def test_demo_runs(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "round trip identical" in out and "16 -> 13 nodes" in out and "onnxruntime outputs match" in out
+    assert "round trip identical" in out and "16 -> 12 nodes" in out and "onnxruntime outputs match" in out
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -114,7 +114,8 @@ def test_optimize_flags_reach_the_report(cnn_path, tmp_path, capsys):
                "--remove-training-residue", "--batch", "1", "--check-inputs", str(inputs), "--report", str(report)])
     assert rc == 0
     r = json.loads(report.read_text())
-    assert r["options"] == {"fold_size_limit": 65536, "allow_lossy": True, "remove_training_residue": True}
+    assert r["options"] == {"fold_size_limit": 65536, "allow_lossy": True, "remove_training_residue": True,
+                            "target": "onnx"}
     assert r["check"]["first_mismatch"] is None and r["check"]["seed"] is None
     assert "checked in onnxruntime: 1 outputs match" in capsys.readouterr().out
     np.savez(inputs, other=x)
