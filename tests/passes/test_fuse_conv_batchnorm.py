@@ -242,3 +242,12 @@ def test_refuses_a_negative_variance():
     }""", **weights)
     m, r = run_rule(RULE, proto)
     assert not r.modified and near_misses(r) == ["BatchNormalization's scale / sqrt(var + epsilon), mean or B is not finite"]
+
+
+def test_refuses_a_malformed_bias_instead_of_raising():
+    proto = with_weights("""g (float[1,4,9,9] x) => (float[?,?,?,?] y) {
+        t = Conv (x, w, b)
+        y = BatchNormalization (t, scale, beta, mean, var)
+    }""", **rng_weights(w=(6, 4, 3, 3), b=(1,), scale=(6,), beta=(6,), mean=(6,), var=(6,)))
+    m, r = run_rule(RULE, proto, shapes=False, valid=False)
+    assert not r.modified and near_misses(r) == ["Conv B has shape [1], not [6]"]

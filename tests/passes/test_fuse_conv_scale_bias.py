@@ -153,3 +153,12 @@ def test_torch_frozen_batchnorm_style_scale_and_shift():
     m, r = run_rule(RULE, m.to_onnx())
     assert ops(m) == ["Conv"] and m.graph.outputs[0].name == proto.graph.output[0].name
     assert_same_outputs(proto, m)
+
+
+def test_refuses_a_malformed_bias_instead_of_raising():
+    m, r = run_rule(RULE, with_weights(CONV + " { t = Conv (x, w, b)  y = Add (t, k) }",
+                                       **rng_weights(w=(6, 4, 3, 3), b=(5,), k=(6, 1, 1))), shapes=False, valid=False)
+    assert not r.modified and near_misses(r) == ["Conv B has shape [5], not [6]"]
+    m, r = run_rule(RULE, with_weights("g (float[3,5] a) => (float[3,6] y) { t = Gemm (a, w, c)  y = Mul (t, k) }",
+                                       **rng_weights(w=(5, 6), c=(3, 4), k=(6,))), shapes=False, valid=False)
+    assert not r.modified and near_misses(r) == ["Gemm C has shape [3, 4], which does not broadcast to [rows, 6]"]

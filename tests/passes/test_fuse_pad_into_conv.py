@@ -184,3 +184,10 @@ def test_torch_zero_pad_conv():
     m, _ = run_passes(proto, ["infer_shapes", "fold_constants", RULE, "eliminate_dead_code"])
     assert ops(m) == ["Conv"] and m.graph.nodes[0].attributes["pads"] == [1, 2, 4, 3]
     assert_same_outputs(proto, m, rtol=1e-6, atol=1e-6)
+
+
+def test_refuses_a_pool_without_its_kernel_shape():
+    # Not valid ONNX (kernel_shape is required): a refusal, not an exception.
+    text = IO + "<int64[8] p = {0, 0, 1, 1, 0, 0, 1, 1}, float v = {-inf}> { t = Pad (x, p, v)  y = MaxPool (t) }"
+    m, r = run_rule(RULE, with_weights(text), shapes=False, valid=False)
+    assert not r.modified and near_misses(r) == ["MaxPool kernel_shape [] does not fit its 2 spatial axes"]

@@ -85,6 +85,16 @@ def per_channel_refusal(shape: list, ch: Channels) -> Optional[str]:
     return None
 
 
+def bias_refusal(node, shape: list, ch: Channels) -> Optional[str]:
+    """None when the producer's own bias input (B, or Gemm's C) has a shape
+    ONNX allows; else why not (a malformed model: refuse, never raise)."""
+    if node.op_type != "Gemm":
+        return None if shape == [ch.count] else f"{node.op_type} B has shape {shape}, not [{ch.count}]"
+    if len(shape) > 2 or (shape and shape[-1] not in (1, ch.count)):
+        return f"Gemm C has shape {shape}, which does not broadcast to [rows, {ch.count}]"
+    return None
+
+
 def channel_vector(array: np.ndarray, count: int) -> np.ndarray:
     """A per-channel constant (shape passed by per_channel_refusal) as a
     float64 vector of `count` elements."""

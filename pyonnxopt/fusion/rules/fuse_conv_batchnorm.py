@@ -17,8 +17,8 @@ Refuses when:
    outputs besides Y, or is_test=0 below opset 7;
 4. spatial=0 (opsets 1-8): statistics per element, not per channel;
 5. the weight is not float16, float or double;
-6. the weight's rank is below 3, or ConvTranspose's group does not divide
-   its input channels;
+6. the weight's rank is below 3, ConvTranspose's group does not divide
+   its input channels, or B is not one number per output channel;
 7. a BatchNormalization parameter is not one number per output channel;
 8. scale / sqrt(var + epsilon), mean or B is not finite.
 """
@@ -31,7 +31,7 @@ from pyonnxopt import fold
 from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.rules._batchnorm import batchnorm, batchnorm_refusal, epsilon, parameters
-from pyonnxopt.fusion.rules._channels import Channels, channels_of, type_refusal
+from pyonnxopt.fusion.rules._channels import Channels, bias_refusal, channels_of, type_refusal
 
 
 class FuseConvBatchnorm(Rule):
@@ -49,6 +49,10 @@ class FuseConvBatchnorm(Rule):
         ch = channels_of(m["conv"], m.array("w"))
         if isinstance(ch, str):
             return ch
+        if m["b"] is not None:
+            why = bias_refusal(m["conv"], m.shape("b"), ch)
+            if why:
+                return why
         return batchnorm_refusal(m, ch.count)
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:

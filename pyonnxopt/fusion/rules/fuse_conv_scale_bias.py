@@ -19,8 +19,8 @@ Refuses when:
 3. k has more axes than the output (the broadcast would change its shape);
 4. k varies along the batch axis or a spatial axis, or has a channel count
    other than the output's;
-5. the weight's rank does not fit the op, or ConvTranspose's group does not
-   divide its input channels;
+5. the weight's rank does not fit the op, ConvTranspose's group does not
+   divide its input channels, or B/C has a shape ONNX does not allow;
 6. a Mul's constant holds inf or NaN;
 7. the opset is below 7 (Mul and Add broadcast by attribute there).
 """
@@ -34,8 +34,8 @@ import numpy as np
 from pyonnxopt import fold
 from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
-from pyonnxopt.fusion.rules._channels import (Channels, attribute, channel_vector, channels_of, per_channel_refusal,
-                                              type_refusal)
+from pyonnxopt.fusion.rules._channels import (Channels, attribute, bias_refusal, channel_vector, channels_of,
+                                              per_channel_refusal, type_refusal)
 
 
 class FuseConvScaleBias(Rule):
@@ -56,6 +56,9 @@ class FuseConvScaleBias(Rule):
         ch = channels_of(m["producer"], m.array("w"))
         if isinstance(ch, str):
             return ch
+        why = bias_refusal(m["producer"], m.shape("b"), ch) if m["b"] is not None else None
+        if why:
+            return why
         why = per_channel_refusal(m.shape("k"), ch)
         if why:
             return why

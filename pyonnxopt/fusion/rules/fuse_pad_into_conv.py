@@ -21,8 +21,9 @@ Refuses when:
 5. the consumer's auto_pad is not NOTSET;
 6. AveragePool does not count the padding (count_include_pad=0, or opset
    below 7): its divisor would change;
-7. a pool with ceil_mode=1 (windows past the padding count differently), or
-   with combined pads reaching the kernel size (onnxruntime refuses those);
+7. a pool with ceil_mode=1 (windows past the padding count differently),
+   with combined pads reaching the kernel size (onnxruntime refuses those),
+   or whose kernel_shape does not fit its input;
 8. MaxPool's Indices output is read (the indices would address the
    unpadded input);
 9. the input's rank is unknown.
@@ -78,6 +79,8 @@ class FusePadIntoConv(Rule):
         if op == "MaxPool" and len(consumer.outputs) > 1 and _read(consumer.outputs[1]):
             return "MaxPool's Indices output is read: the indices would address the unpadded input"
         kernel = list(attribute(consumer, "kernel_shape", []))
+        if len(kernel) != len(added) // 2:
+            return f"{op} kernel_shape {kernel} does not fit its {len(added) // 2} spatial axes"
         if any(p >= kernel[i % len(kernel)] for i, p in enumerate(_combined(consumer, added))):
             return f"{op} pads would reach its kernel {kernel} (onnxruntime refuses such pools)"
         return None
