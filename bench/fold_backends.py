@@ -2,7 +2,7 @@
 on the weight arithmetic of the fusion passes.
 
     python bench/fold_backends.py                      # 1e8 weight elements (400 MB float32)
-    python bench/fold_backends.py --elements 1e9       # 4 GB float32: needs ~10 GB free memory
+    python bench/fold_backends.py --elements 1e9 --ops fold_batchnorm --no-sweep   # 4 GB float32: ~10 GB free memory
     python bench/fold_backends.py --json bench/out/fold_backends.json
 
 Three parts:
@@ -144,6 +144,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--elements", type=float, default=1e8, help="weight elements per op (default 1e8)")
     p.add_argument("--dtypes", default="float32,float16")
+    p.add_argument("--ops", default="", help="only these ops (comma-separated names from the table)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sweep-max", type=float, default=None, help="largest size of the sweep (default: --elements)")
     p.add_argument("--no-sweep", action="store_true")
@@ -166,6 +167,8 @@ def main(argv=None) -> int:
     for dtype in args.dtypes.split(","):
         weight_bytes = conv_weight(int(args.elements), dtype).nbytes
         for op, (fn, nbytes) in cases(int(args.elements), dtype).items():
+            if args.ops and op not in args.ops.split(","):
+                continue
             row = {"op": op, "dtype": dtype, "elements": int(args.elements), "weight_bytes": weight_bytes, "result_mb": nbytes / MB}
             for b in backends:
                 fn(b)  # the first call loads kernels; the table is about warm calls
