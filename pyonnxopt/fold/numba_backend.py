@@ -1,9 +1,11 @@
 """The numba fold backend: the same results as numpy, on every core.
 
-Kernels are `njit(parallel=True, cache=True)` with `prange` over rows of the
-output, so the first call in a fresh environment compiles (seconds) and
-later processes load them from the cache (see numba_cache for where).
-Imported only when a tensor is big enough to use it.
+Kernels are `njit(parallel=True, cache=True)` with `prange` over the outer
+dimension (rows of the weight, tiles of a transpose), so the first call in
+a fresh environment compiles (1-3 s a kernel) and later processes load them
+from the cache (see numba_cache for where). Imported only when a tensor is
+big enough to use it. numba picks its threading layer; with GNU OpenMP
+("omp") a process forked after a parallel kernel ran must not run one.
 
 float16/bfloat16 go as uint16 bits (numba_half); transposes move raw items
 of 1, 2, 4 or 8 bytes, so they take any such dtype. What numba cannot do
@@ -100,6 +102,8 @@ def _scale_cols_half(w, values, s_rows, group_rows, bf16, out):
 
 
 def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int, groups: int) -> np.ndarray:
+    if not weight.dtype.isnative:  # numba has no byte-swapped arrays
+        return numpy_backend.scale_channels(weight, s, axis, groups)
     weight = _readonly(np.ascontiguousarray(weight))
     out = np.empty(weight.shape, weight.dtype)
     if weight.size == 0:

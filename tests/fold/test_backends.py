@@ -199,6 +199,14 @@ def test_transpose_backends(backend, shape, perm):
     assert_same_bits(fold.transpose(view, (1, 0), backend=backend), view.T.copy())
 
 
+@pytest.mark.parametrize("backend", ACCELERATED)
+def test_byte_swapped_inputs(backend):
+    w = readonly(np.arange(24, dtype=">f4").reshape(2, 3, 4))
+    assert_same_bits(fold.scale_channels(w, np.arange(3.0), 1, backend=backend), fold.scale_channels(w, np.arange(3.0), 1, backend="numpy"))
+    assert_same_bits(fold.transpose(w, (2, 0, 1), backend=backend), fold.transpose(w, (2, 0, 1), backend="numpy"))
+    assert_same_bits(fold.cast(w, np.float16, backend=backend), fold.cast(w, np.float16, backend="numpy"))
+
+
 # (source, destination): the fp16/bf16 conversions and ONNX Cast's
 # truncation and bool, plus two that numba hands to numpy (float64 -> float16
 # would round twice through float32; half -> half). Few pairs: numba compiles
