@@ -2,7 +2,7 @@
 on the weight arithmetic of the fusion passes.
 
     python bench/fold_backends.py                      # 1e8 weight elements (400 MB float32)
-    python bench/fold_backends.py --elements 1e9       # 4 GB float32: needs ~10 GB free memory
+    python bench/fold_backends.py --elements 1e9 --ops fold_batchnorm --no-sweep   # 4 GB float32: ~10 GB free memory
     python bench/fold_backends.py --json bench/out/fold_backends.json
 
 Three parts:
@@ -12,9 +12,11 @@ Three parts:
 2. Every op at --elements per dtype: the median of --repeats warm calls for
    each backend, and the peak memory numpy allocated during one call
    (tracemalloc) over the size of the result: 1.00 means no temporaries.
+   From them, per op, the size from which one call saves numba's one-time
+   cost (times grow linearly with size); their median is the cold
+   NUMBA_THRESHOLD (pyonnxopt/fold/select.py).
 3. A sweep of sizes for BN folding: where numba starts to win warm
-   (`crossover`), and where one call saves more than numba's one-time cost
-   (`pays_alone`). pyonnxopt.fold.select.NUMBA_THRESHOLD follows from these.
+   (`crossover`), rounded up: NUMBA_WARM_THRESHOLD, used once numba is loaded.
 """
 
 from __future__ import annotations
@@ -142,6 +144,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--elements", type=float, default=1e8, help="weight elements per op (default 1e8)")
     p.add_argument("--dtypes", default="float32,float16")
+    p.add_argument("--ops", default="", help="only these ops (comma-separated names from the table)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sweep-max", type=float, default=None, help="largest size of the sweep (default: --elements)")
     p.add_argument("--no-sweep", action="store_true")
@@ -162,18 +165,34 @@ def main(argv=None) -> int:
 
     rows = []
     for dtype in args.dtypes.split(","):
+        weight_bytes = conv_weight(int(args.elements), dtype).nbytes
         for op, (fn, nbytes) in cases(int(args.elements), dtype).items():
-            row = {"op": op, "dtype": dtype, "elements": int(args.elements), "result_mb": nbytes / MB}
+            if args.ops and op not in args.ops.split(","):
+                continue
+            row = {"op": op, "dtype": dtype, "elements": int(args.elements), "weight_bytes": weight_bytes, "result_mb": nbytes / MB}
             for b in backends:
                 fn(b)  # the first call loads kernels; the table is about warm calls
                 row[b] = timed(lambda: fn(b), args.repeats)
             row["numpy_peak_x"] = peak_ratio(lambda: fn("numpy"), nbytes)
             rows.append(row)
     result["ops"] = rows
-    headers = ["op", "dtype", "MB"] + [f"{b} s" for b in backends] + [f"numpy/{b}" for b in backends[1:]] + ["numpy peak"]
+    repays = "numba_one_time" in result
+    if repays:  # times grow linearly with size: where one call saves numba's one-time cost
+        one_time = result["numba_one_time"]["cached"]["total_s"]
+        for r in rows:
+            saved = r["numpy"] - r["numba"]
+            r["repays_bytes"] = one_time / saved * r["weight_bytes"] if saved > 0 else None
+    headers = ["op", "dtype", "result MB"] + [f"{b} s" for b in backends] + [f"numpy/{b}" for b in backends[1:]] \
+        + ["numpy peak"] + (["one call repays numba"] if repays else [])
     print(f"\n{int(args.elements):.3g} weight elements, median of {args.repeats} warm calls:")
     print(table(headers, [[r["op"], r["dtype"], f"{r['result_mb']:.0f}"] + [f"{r[b]:.3f}" for b in backends]
-                          + [f"{r['numpy'] / r[b]:.2f}x" for b in backends[1:]] + [f"{r['numpy_peak_x']:.2f}x"] for r in rows]))
+                          + [f"{r['numpy'] / r[b]:.2f}x" for b in backends[1:]] + [f"{r['numpy_peak_x']:.2f}x"]
+                          + ([_mb(r["repays_bytes"])] if repays else []) for r in rows]))
+    if repays:
+        sizes = [r["repays_bytes"] if r["repays_bytes"] is not None else float("inf") for r in rows]
+        result["repays_median_bytes"] = median(sizes)
+        print(f"median over the ops: one call repays numba's one-time cost ({one_time:.2f} s) from "
+              f"{_mb(result['repays_median_bytes'])}: the cold NUMBA_THRESHOLD")
 
     if "numba" in backends and not args.no_sweep:
         one_time = result["numba_one_time"]["cached"]["total_s"]
@@ -186,9 +205,12 @@ def main(argv=None) -> int:
             print(table(["elements", "MB"] + [f"{b} s" for b in backends] + ["numpy/numba"],
                         [[f"{r['elements']:.3g}", f"{r['bytes'] / MB:.2f}"] + [f"{r[b]:.5f}" for b in backends]
                          + [f"{r['numpy'] / r['numba']:.2f}x"] for r in srows]))
-            print(f"numba wins from {_mb(found['crossover_bytes'])} on; one call saves its one-time cost "
-                  f"({one_time:.2f} s) from {_mb(found['pays_alone_bytes'])}")
-    print(f"\nthresholds in use: numba {_mb(fold.select.numba_threshold())}, cupy {_mb(fold.select.cupy_threshold())}")
+            print(f"numba wins from {_mb(found['crossover_bytes'])} on (rounded up: NUMBA_WARM_THRESHOLD); "
+                  f"one call saves its one-time cost ({one_time:.2f} s) from {_mb(found['pays_alone_bytes'])}")
+    select = fold.select
+    print(f"\nthresholds in use: numba {_mb(select.NUMBA_THRESHOLD)} (cold), {_mb(select.NUMBA_WARM_THRESHOLD)} "
+          f"(once loaded), cupy {_mb(select.CUPY_THRESHOLD)}; environment overrides: "
+          f"{ {k: v for k, v in os.environ.items() if k.startswith('PYONNXOPT_') and k.endswith('_THRESHOLD')} }")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
@@ -197,7 +219,9 @@ def main(argv=None) -> int:
 
 
 def _mb(nbytes) -> str:
-    return "never (in this range)" if nbytes is None else f"{nbytes / MB:.2f} MB"
+    if nbytes is None or nbytes == float("inf"):
+        return "never (in this range)"
+    return f"{nbytes / MB:.2f} MB" if nbytes < 1 << 30 else f"{nbytes / (1 << 30):.2f} GB"
 
 
 def _numba_threads():

@@ -55,7 +55,7 @@ def _bfloat16(*arrays) -> bool:
 
 @_on_gpu
 def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int, groups: int) -> np.ndarray:
-    if _bfloat16(weight):
+    if _bfloat16(weight) or not weight.dtype.isnative:
         return numpy_backend.scale_channels(weight, s, axis, groups)
     weight = np.ascontiguousarray(weight)
     out = np.empty(weight.shape, weight.dtype)

@@ -1,9 +1,11 @@
 """The numba fold backend: the same results as numpy, on every core.
 
-Kernels are `njit(parallel=True, cache=True)` with `prange` over rows of the
-output, so the first call in a fresh environment compiles (seconds) and
-later processes load them from the cache (see numba_cache for where).
-Imported only when a tensor is big enough to use it.
+Kernels are `njit(parallel=True, cache=True)` with `prange` over the outer
+dimension (rows of the weight, tiles of a transpose), so the first call in
+a fresh environment compiles (1-3 s a kernel) and later processes load them
+from the cache (see numba_cache for where). Imported only when a tensor is
+big enough to use it. numba picks its threading layer; with GNU OpenMP
+("omp") a process forked after a parallel kernel ran must not run one.
 
 float16/bfloat16 go as uint16 bits (numba_half); transposes move raw items
 of 1, 2, 4 or 8 bytes, so they take any such dtype. What numba cannot do
@@ -100,6 +102,8 @@ def _scale_cols_half(w, values, s_rows, group_rows, bf16, out):
 
 
 def scale_channels(weight: np.ndarray, s: np.ndarray, axis: int, groups: int) -> np.ndarray:
+    if not weight.dtype.isnative:  # numba has no byte-swapped arrays
+        return numpy_backend.scale_channels(weight, s, axis, groups)
     weight = _readonly(np.ascontiguousarray(weight))
     out = np.empty(weight.shape, weight.dtype)
     if weight.size == 0:
@@ -151,51 +155,19 @@ def reduce_transpose(shape: tuple, perm: tuple) -> tuple:
 
 
 @njit(parallel=True, cache=True)
-def _copy_rows(src, dst, oshape, istride, length, chunks):
-    """Output rows whose items are contiguous in the input too."""
-    rows = dst.size // length
-    nd = oshape.shape[0]
-    step = (rows + chunks - 1) // chunks
-    for k in prange(chunks):
-        r0 = k * step
-        r1 = min(rows, r0 + step)
-        if r0 >= r1:
-            continue
-        index = np.zeros(nd, np.int64)
-        rem = r0
-        off = 0
-        for d in range(nd - 1, -1, -1):
-            index[d] = rem % oshape[d]
-            rem //= oshape[d]
-            off += index[d] * istride[d]
-        for r in range(r0, r1):
-            base = r * length
-            for i in range(length):
-                dst[base + i] = src[off + i]
-            d = nd - 1  # odometer: next output row
-            while d >= 0:
-                index[d] += 1
-                off += istride[d]
-                if index[d] < oshape[d]:
-                    break
-                off -= index[d] * istride[d]
-                index[d] = 0
-                d -= 1
-
-
-@njit(parallel=True, cache=True)
-def _transpose_tiles(src, dst, oshape, istride, ostride, dq, oq, dl, sl, tile):
+def _transpose_tiles(src, dst, oshape, istride, ostride, dq, oq, dl, sl, item, tile):
     """Tiles of the output axis q (contiguous in the input, output stride oq)
     by the last output axis (contiguous in the output, input stride sl), for
-    every index of the other output axes (oshape/istride/ostride)."""
+    every index of the other output axes (oshape/istride/ostride). Offsets
+    and strides count items of `item` elements that move whole."""
     nd = oshape.shape[0]
     outer = 1
     for d in range(nd):
         outer *= oshape[d]
     tiles_q = (dq + tile - 1) // tile
-    for item in prange(outer * tiles_q):
-        rem = item // tiles_q
-        i0 = (item % tiles_q) * tile
+    for work in prange(outer * tiles_q):
+        rem = work // tiles_q
+        i0 = (work % tiles_q) * tile
         i1 = min(dq, i0 + tile)
         ib = 0
         ob = 0
@@ -206,9 +178,17 @@ def _transpose_tiles(src, dst, oshape, istride, ostride, dq, oq, dl, sl, tile):
             ob += index * ostride[d]
         for j0 in range(0, dl, tile):
             j1 = min(dl, j0 + tile)
-            for i in range(i0, i1):
-                for j in range(j0, j1):
-                    dst[ob + i * oq + j] = src[ib + i + j * sl]
+            if item == 1:
+                for i in range(i0, i1):
+                    for j in range(j0, j1):
+                        dst[ob + i * oq + j] = src[ib + i + j * sl]
+            else:
+                for i in range(i0, i1):
+                    for j in range(j0, j1):
+                        o = (ob + i * oq + j) * item
+                        n = (ib + i + j * sl) * item
+                        for e in range(item):
+                            dst[o + e] = src[n + e]
 
 
 def _strides(shape) -> list:
@@ -230,21 +210,23 @@ def transpose(a: np.ndarray, perm: tuple) -> np.ndarray:
         return out
     items = np.dtype(f"u{a.dtype.itemsize}")
     src, dst = a.reshape(-1).view(items), out.reshape(-1).view(items)
+    item = 1
+    if rperm[-1] == len(rperm) - 1:
+        # The input's last axis stays last: its rows move whole, as items of
+        # a transpose of the other axes (which reduce_transpose left unmerged).
+        item = shape[-1]
+        shape, rperm = shape[:-1], rperm[:-1]
     n = len(shape)
     istride = _strides(shape)
     oshape = [shape[p] for p in rperm]
     ostride = _strides(oshape)
     istride_of_out = [istride[p] for p in rperm]
     q = rperm.index(n - 1)  # the output axis that reads contiguous input
-    if q == n - 1:
-        chunks = min(int(np.prod(oshape[:-1])), 8 * numba.get_num_threads())
-        _copy_rows(src, dst, np.array(oshape[:-1], np.int64), np.array(istride_of_out[:-1], np.int64), shape[-1], chunks)
-    else:
-        others = [d for d in range(n) if d not in (q, n - 1)]
-        _transpose_tiles(src, dst, np.array([oshape[d] for d in others], np.int64),
-                         np.array([istride_of_out[d] for d in others], np.int64),
-                         np.array([ostride[d] for d in others], np.int64),
-                         oshape[q], ostride[q], oshape[-1], istride_of_out[-1], _TILE)
+    others = [d for d in range(n) if d not in (q, n - 1)]
+    _transpose_tiles(src, dst, np.array([oshape[d] for d in others], np.int64),
+                     np.array([istride_of_out[d] for d in others], np.int64),
+                     np.array([ostride[d] for d in others], np.int64),
+                     oshape[q], ostride[q], oshape[-1], istride_of_out[-1], item, _TILE)
     return out
 
 

@@ -65,8 +65,8 @@ def unavailable_reason(name: str) -> Optional[str]:
         return None
     try:
         importlib.import_module(f"pyonnxopt.fold.{name}_backend")
-    except ImportError as e:
-        if e.name == name:
+    except Exception as e:  # a broken install must not break automatic choice
+        if isinstance(e, ImportError) and e.name == name:
             return f"{name} is not installed ({_INSTALL[name]})"
         return f"{name} does not import ({first_line(e)}); reinstall it ({_INSTALL[name]})"
     if name == "cupy":
