@@ -14,7 +14,8 @@ for _p in (InferShapes(), FoldConstantsOnnxruntime()):
 # The default pipeline's order; passes registered later run after these.
 DEFAULT_ORDER = [
     "infer_shapes", "eliminate_identity", "eliminate_dropout", "eliminate_nop", "fold_constants",
-    "fold_constants_onnxruntime", "eliminate_common_subexpressions", "eliminate_dead_code",
+    "fold_constants_onnxruntime", "optimize_transposes", "collapse_reshapes", "eliminate_common_subexpressions",
+    "eliminate_dead_code",
 ]
 
 
