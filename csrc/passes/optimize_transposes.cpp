@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "passes/bypass.h"
@@ -17,148 +18,194 @@ using namespace ir;
 
 namespace {
 
-constexpr int kMaxPlanNodes = 256;  // nodes one plan may move a Transpose through
+constexpr size_t kMaxRegion = 256;  // nodes one plan may move a Transpose through
 constexpr int kMaxSweeps = 64;      // each sweep strictly lowers the count; a bound all the same
 
-struct NodePlan;
-
-// What becomes of the readers of `value`, which is Transpose<perm>(the
-// untransposed value).
-struct ValuePlan {
-  Value* value = nullptr;
+// A node that computes on untransposed data in the plan: it reads values
+// transposed by `perm` (and constants), as `push` says.
+struct Moved {
+  Node* node;
   Perm perm;
-  std::vector<Node*> cancelled;      // Transposes that undo it: bypassed
-  std::vector<Node*> composed;       // other Transposes: read the untransposed value, perms composed
-  std::unique_ptr<NodePlan> pushed;  // the one other reader, computing on the untransposed value
-  bool kept = false;                 // a Transpose stays (or is added) for what else reads it
-  int delta = 0;                     // Transposes added minus removed, from here down
-};
-
-struct NodePlan {
-  Node* node = nullptr;
-  Perm perm;  // of the transposed value it reads
   Push push;
-  std::vector<Node*> freed;                         // sibling Transposes nothing else reads
-  std::vector<std::unique_ptr<ValuePlan>> outputs;  // per output; nullptr where none follows
-  int delta = 0;
+  size_t position;  // in topological order
 };
 
-// Follows a Transpose's output down and says what moving it would cost.
-// Every node a plan changes is claimed, so no node takes two roles.
+// The region a plan changes: the start, the nodes moved; from them, the
+// values that stop existing as such (each Transpose<perm>(a twin that the
+// plan has)) and the Transposes they come from (the start, and Transposes
+// the moved nodes read through).
+struct Region {
+  Node* root = nullptr;
+  Perm root_perm;
+  std::vector<Moved> moved;
+};
+
+// What a region does to the count, and to whom.
+struct Roles {
+  std::unordered_map<Value*, Perm> perm_of;  // the region's values
+  std::vector<Node*> sources;                      // Transposes whose outputs are region values
+  std::vector<std::pair<Node*, Value*>> cancelled, composed;  // Transpose readers, and what they read
+  std::unordered_set<const Value*> outside;        // region values something else still reads
+  int delta = 0;                                   // Transposes added minus removed
+};
+
+// Grows a region from a Transpose through every node that can take it
+// (topological order, so a node's inputs are settled before it), then
+// prunes the nodes at its lower edge that do not pay for themselves.
 class Planner {
  public:
-  Planner(const Model& model, const Graph& graph) : model_(model), graph_(graph) {}
+  Planner(const Model& model, const Graph& graph, const std::unordered_map<const Node*, size_t>& position)
+      : model_(model), graph_(graph), position_(position) {}
 
-  std::unique_ptr<ValuePlan> plan(Node* root, const Perm& perm) {
-    claimed_.clear();
-    claims_.clear();
+  Region grow(Node* root, const Perm& perm) {
     refusals_.clear();
-    budget_ = kMaxPlanNodes;
-    claim(root);
-    return plan_value(root->outputs[0], perm, root->inputs[0]);
+    Region region{root, perm, {}};
+    std::unordered_map<const Value*, Perm> values{{root->outputs[0], perm}};
+    std::unordered_set<const Node*> taken{root};
+    std::set<std::pair<size_t, Node*>> frontier;
+    auto readers_of = [&](const Value* v) {
+      for (const Use& u : v->uses)
+        if (auto it = position_.find(u.node); it != position_.end() && !taken.count(u.node))
+          frontier.emplace(it->second, u.node);
+    };
+    readers_of(root->outputs[0]);
+    size_t tries = 0;
+    while (!frontier.empty() && region.moved.size() < kMaxRegion && tries++ < 4 * kMaxRegion) {
+      auto [position, n] = *frontier.begin();
+      frontier.erase(frontier.begin());
+      if (taken.count(n) || is_transpose(*n)) continue;
+      const Perm* q = nullptr;
+      for (const Value* v : n->inputs)
+        if (auto it = v ? values.find(v) : values.end(); it != values.end() && !q) q = &it->second;
+      if (!q) continue;
+      const Perm perm_here = *q;
+      auto joinable = [&](const Value& v) {  // a Transpose<perm_here> outside the region, read through
+        const Node* p = v.producer;
+        if (!p || p->graph != &graph_ || !is_transpose(*p) || p->pinned || taken.count(p)) return false;
+        if (values.count(p->inputs[0])) return false;  // it reads the region: it is a reader
+        std::optional<Perm> pp = transpose_perm(*p, static_cast<int64_t>(perm_here.size()));
+        return pp && *pp == perm_here;
+      };
+      PushQuery query{model_, graph_, *n, perm_here, [&](const Value& v) {
+                        auto it = values.find(&v);
+                        return it != values.end() ? it->second == perm_here : joinable(v);
+                      }};
+      Moved m{n, perm_here, Push{}, position};
+      const char* why = plan_push(query, m.push);
+      if (why == kNoRule) continue;
+      if (!why && n->pinned) why = "excluded from optimization";
+      if (why) {
+        refusals_.push_back(n->display_name() + ": " + why);
+        continue;
+      }
+      taken.insert(n);
+      for (size_t i = 0; i < n->inputs.size(); ++i) {
+        const Value* v = n->inputs[i];
+        if (m.push.inputs[i].kind != PushedInput::kPermuted || values.count(v)) continue;
+        taken.insert(v->producer);  // a Transpose read through joins
+        values.emplace(v, perm_here);
+        readers_of(v);
+      }
+      for (size_t i = 0; i < n->outputs.size(); ++i) {
+        if (!n->outputs[i] || m.push.outputs[i].empty()) continue;
+        values.emplace(n->outputs[i], m.push.outputs[i]);
+        readers_of(n->outputs[i]);
+      }
+      region.moved.push_back(std::move(m));
+    }
+    std::sort(region.moved.begin(), region.moved.end(),
+              [](const Moved& a, const Moved& b) { return a.position < b.position; });
+    prune(region);
+    return region;
   }
+
+  // The region's values, sources, readers and count change, as it stands.
+  Roles roles(const Region& region) {
+    Roles r;
+    std::unordered_set<const Node*> moved;
+    for (const Moved& m : region.moved) moved.insert(m.node);
+    r.perm_of.emplace(region.root->outputs[0], region.root_perm);
+    r.sources.push_back(region.root);
+    for (const Moved& m : region.moved)
+      for (size_t i = 0; i < m.node->outputs.size(); ++i)
+        if (m.node->outputs[i] && !m.push.outputs[i].empty()) r.perm_of.emplace(m.node->outputs[i], m.push.outputs[i]);
+    for (const Moved& m : region.moved)
+      for (size_t i = 0; i < m.node->inputs.size(); ++i) {
+        Value* v = m.node->inputs[i];
+        if (m.push.inputs[i].kind == PushedInput::kPermuted && r.perm_of.emplace(v, m.perm).second)
+          r.sources.push_back(v->producer);
+      }
+    for (const auto& [v, perm] : r.perm_of) {
+      const bool made_here = std::find(r.sources.begin(), r.sources.end(), v->producer) == r.sources.end();
+      const Value* existing = made_here ? nullptr : v->producer->inputs[0];
+      bool outside = v->is_graph_output();
+      for (const Use& u : v->uses) {
+        Node* n = u.node;
+        if (moved.count(n)) continue;
+        const bool source = std::find(r.sources.begin(), r.sources.end(), n) != r.sources.end();
+        std::optional<Perm> p;
+        if (n->graph == &graph_ && is_transpose(*n) && !n->pinned && !source) p = transpose_perm(*n, static_cast<int64_t>(perm.size()));
+        if (p && !is_identity(compose(perm, *p))) r.composed.emplace_back(n, v);
+        else if (p && cancels(n, v, existing)) r.cancelled.emplace_back(n, v);
+        else outside = true;
+      }
+      if (outside) r.outside.insert(v);
+      if (outside && made_here) ++r.delta;    // its Transpose is added
+      if (!outside && !made_here) --r.delta;  // its Transpose goes
+    }
+    r.delta -= static_cast<int>(r.cancelled.size());
+    return r;
+  }
+
   const std::vector<std::string>& refusals() const { return refusals_; }
 
  private:
   const Model& model_;
   const Graph& graph_;
-  std::unordered_set<const Node*> claimed_;
-  std::vector<const Node*> claims_;  // in order, to take back a plan not chosen
+  const std::unordered_map<const Node*, size_t>& position_;
   std::vector<std::string> refusals_;
-  int budget_ = 0;
 
-  bool claimed(const Node* n) const { return claimed_.count(n) != 0; }
-  void claim(const Node* n) {
-    if (claimed_.insert(n).second) claims_.push_back(n);
-  }
-  void rollback(size_t mark) {
-    for (; claims_.size() > mark; claims_.pop_back()) claimed_.erase(claims_.back());
-  }
-
-  // A Transpose reading `v` whose composed perm is the identity goes (bypass
-  // to the untransposed value: `existing`, the start's input, or a value a
-  // moved node makes, of this graph, read by the kept Transpose alone then).
-  bool cancels(const Node* t, const Value* v, const Value* existing) const {
+  // A Transpose reading region value `v` whose composed perm is the
+  // identity goes: a bypass to v's twin, which is `existing` (the input of
+  // the Transpose v comes from) or a new value a moved node makes (read by
+  // v's own Transpose alone when the bypass happens). Records why not.
+  bool cancels(const Node* t, const Value* v, const Value* existing) {
     const Value* out = t->outputs[0];
-    if (out->is_graph_output() && (v->uses.size() != 1 || v->is_graph_output())) return false;
-    if (existing) return why_not_bypass(graph_, t, existing, out, existing->uses.size()) == nullptr;
-    return why_not_bypass(graph_, t, v, out, 1) == nullptr;  // v stands in: same graph, made by a node
+    const char* why = nullptr;
+    if (out->is_graph_output() && (v->uses.size() != 1 || v->is_graph_output()))
+      why = "it would cancel into a graph output whose name a value with other readers would have to take";
+    else if (existing)
+      why = why_not_bypass(graph_, t, existing, out, existing->uses.size());
+    else
+      why = why_not_bypass(graph_, t, v, out, 1);  // v stands in: same graph, made by a node
+    if (why) refusals_.push_back(t->display_name() + ": " + why);
+    return !why;
   }
 
-  std::unique_ptr<ValuePlan> plan_value(Value* v, const Perm& perm, const Value* existing) {
-    auto plan = std::make_unique<ValuePlan>();
-    plan->value = v;
-    plan->perm = perm;
-    const int64_t rank = static_cast<int64_t>(perm.size());
-    bool keep = v->is_graph_output();
-    std::vector<Node*> others;
-    for (const Use& u : v->uses) {
-      Node* n = u.node;
-      if (n->graph != &graph_ || claimed(n)) {
-        keep = true;
-      } else if (is_transpose(*n)) {
-        std::optional<Perm> p = n->pinned ? std::nullopt : transpose_perm(*n, rank);
-        if (p && !is_identity(compose(perm, *p))) {
-          plan->composed.push_back(n);
-          claim(n);
-        } else if (p && cancels(n, v, existing)) {
-          plan->cancelled.push_back(n);
-          claim(n);
+  // Drops moved nodes at the lower edge (no moved node reads their outputs)
+  // while that does not raise the count: the smallest region that gains most.
+  void prune(Region& region) {
+    int best = roles(region).delta;
+    for (bool again = true; again;) {
+      again = false;
+      for (size_t k = region.moved.size(); k-- > 0;) {
+        const Node* n = region.moved[k].node;
+        bool read = false;
+        for (const Moved& m : region.moved)
+          for (const Value* v : m.node->inputs)
+            read = read || (v && v->producer == n);
+        if (read) continue;
+        Moved m = std::move(region.moved[k]);
+        region.moved.erase(region.moved.begin() + static_cast<std::ptrdiff_t>(k));
+        const int delta = roles(region).delta;
+        if (delta <= best) {
+          best = delta;
+          again = true;
         } else {
-          keep = true;  // it reads the Transpose that stays
+          region.moved.insert(region.moved.begin() + static_cast<std::ptrdiff_t>(k), std::move(m));
         }
-      } else if (std::find(others.begin(), others.end(), n) == others.end()) {
-        others.push_back(n);
       }
     }
-    const int found = -static_cast<int>(plan->cancelled.size());
-    plan->kept = keep || !others.empty();
-    plan->delta = found + (plan->kept ? 1 : 0);
-    if (keep || others.size() != 1 || budget_ <= 0) return plan;
-    const size_t mark = claims_.size();
-    std::unique_ptr<NodePlan> pushed = plan_node(others[0], v, perm);
-    if (pushed && found + pushed->delta < plan->delta) {
-      plan->delta = found + pushed->delta;
-      plan->kept = false;
-      plan->pushed = std::move(pushed);
-    } else {
-      rollback(mark);
-    }
-    return plan;
-  }
-
-  std::unique_ptr<NodePlan> plan_node(Node* n, Value* v, const Perm& perm) {
-    auto plan = std::make_unique<NodePlan>();
-    plan->node = n;
-    plan->perm = perm;
-    PushQuery query{model_, graph_, *n, *v, perm, [this](const Node& s) { return !claimed(&s); }};
-    const char* why = plan_push(query, plan->push);
-    if (why == kNoRule) return nullptr;
-    if (!why && n->pinned) why = "excluded from optimization";
-    if (why) {
-      refusals_.push_back(n->display_name() + ": " + why);
-      return nullptr;
-    }
-    claim(n);
-    --budget_;
-    for (const PushedInput& in : plan->push.inputs) {
-      if (in.kind != PushedInput::kSibling || claimed(in.sibling)) continue;  // one sibling at two inputs: once
-      claim(in.sibling);
-      const Value* s = in.sibling->outputs[0];
-      const bool only_here = !s->is_graph_output() &&
-                             std::all_of(s->uses.begin(), s->uses.end(), [n](const Use& u) { return u.node == n; });
-      if (only_here) {
-        plan->freed.push_back(in.sibling);
-        --plan->delta;
-      }
-    }
-    for (size_t i = 0; i < n->outputs.size(); ++i) {
-      plan->outputs.emplace_back();
-      if (!n->outputs[i] || plan->push.outputs[i].empty()) continue;
-      plan->outputs[i] = plan_value(n->outputs[i], plan->push.outputs[i], nullptr);
-      plan->delta += plan->outputs[i]->delta;
-    }
-    return plan;
   }
 };
 
@@ -185,56 +232,43 @@ void set_attribute(Node& n, Attribute a) {
 
 // Computes the transposed constants a plan needs before anything changes,
 // so a plan is applied whole or not at all.
-bool prepare(NodePlan& plan, bool constants_as_nodes, int64_t opset) {
-  for (size_t i = 0; i < plan.push.inputs.size(); ++i) {
-    PushedInput& in = plan.push.inputs[i];
-    if (in.kind == PushedInput::kTransposedConstant) {
-      const Value* c = plan.node->inputs[i];
-      in.tensor = transposed_constant(*c->initializer, plan.perm.size(), inverse(plan.perm));
-      if (!in.tensor) return false;
+bool prepare(Region& region, bool constants_as_nodes, int64_t opset) {
+  for (Moved& m : region.moved)
+    for (size_t i = 0; i < m.push.inputs.size(); ++i) {
+      PushedInput& in = m.push.inputs[i];
+      if (in.kind == PushedInput::kTransposedConstant) {
+        in.tensor = transposed_constant(*m.node->inputs[i]->initializer, m.perm.size(), inverse(m.perm));
+        if (!in.tensor) return false;
+      }
+      // Constant-1 (before opset 9) holds floats only.
+      const int32_t type = in.tensor ? in.tensor->data_type.value : 0;
+      if (in.tensor && constants_as_nodes && opset < 9 && type != 1 && type != 10 && type != 11) return false;
     }
-    // Constant-1 (before opset 9) holds floats only.
-    const bool is_float = in.tensor && (in.tensor->data_type.value == 1 || in.tensor->data_type.value == 10 ||
-                                        in.tensor->data_type.value == 11);
-    if (in.tensor && constants_as_nodes && opset < 9 && !is_float) return false;
-  }
-  for (auto& out : plan.outputs)
-    if (out && out->pushed && !prepare(*out->pushed, constants_as_nodes, opset)) return false;
   return true;
 }
 
 // Carries out a plan, keeping the stats and the provenance record.
 class Applier {
  public:
-  Applier(const Model& model, Graph& graph, FreshNames& names, PassStats& stats, Rewrite& record)
-      : model_(model), g_(graph), names_(names), stats_(stats), record_(record) {}
+  Applier(const Model& model, Graph& graph, FreshNames& names, PassStats& stats)
+      : model_(model), g_(graph), names_(names), stats_(stats) {}
 
-  // `maker` is the Transpose that makes p.value from `untransposed`.
-  void value(ValuePlan& p, Value* untransposed, Node* maker) {
-    for (Node* t : p.cancelled) {
-      const std::string label = t->display_name(), id = node_id(*t);
-      if (bypass(g_, t, untransposed, t->outputs[0])) {  // the plan said it would not refuse: keep it correct anyway
-        g_.set_input(t, 0, untransposed);
-        set_perm(*t, Perm(p.perm.size()));
-        continue;
-      }
-      removed(label, id);
+  void apply(Region& region, const Roles& roles) {
+    record_ = Rewrite{region.moved.empty() ? (roles.cancelled.empty() ? "merged transposes" : "cancelled transposes")
+                                           : "moved transposes",
+                      {}, {}};
+    for (Node* s : roles.sources) twin_[s->outputs[0]] = s->inputs[0];
+    for (const auto& [t, v] : roles.cancelled)  // before anything reads the twins: the counts bypass checks stand
+      if (twin_.count(v)) cancel(t, v, roles.perm_of.at(v).size());
+    for (Moved& m : region.moved) move(m, roles);
+    for (const auto& [t, v] : roles.composed) {
+      const Perm& perm = roles.perm_of.at(v);
+      const Perm composed = compose(perm, *transpose_perm(*t, static_cast<int64_t>(perm.size())));
+      g_.set_input(t, 0, twin_.at(v));
+      set_perm(*t, composed);
     }
-    for (Node* t : p.composed) {
-      const Perm perm = compose(p.perm, *transpose_perm(*t, static_cast<int64_t>(p.perm.size())));
-      g_.set_input(t, 0, untransposed);
-      set_perm(*t, perm);
-    }
-    if (p.pushed) node(*p.pushed, untransposed);
-    if (!p.value->uses.empty() || p.value->is_graph_output()) return;
-    const std::string label = maker->display_name(), id = node_id(*maker);
-    g_.remove_node(maker);
-    if (added_.erase(maker)) {
-      --stats_.nodes_added;
-      record_.produced.erase(std::find(record_.produced.begin(), record_.produced.end(), id));
-    } else {
-      removed(label, id);
-    }
+    for (const auto& [v, perm] : roles.perm_of) drop_unread(v);
+    stats_.rewrites.push_back(std::move(record_));
   }
 
   std::set<Graph*> constants_replaced;  // graphs where a transposed constant may have left its original unread
@@ -244,10 +278,27 @@ class Applier {
   Graph& g_;
   FreshNames& names_;
   PassStats& stats_;
-  Rewrite& record_;
-  std::unordered_set<const Node*> added_;
+  Rewrite record_;
+  std::unordered_map<const Value*, Value*> twin_;       // region value -> the untransposed value
+  std::unordered_map<const Value*, Node*> maker_;       // region value -> the Transpose added to make it
+  std::unordered_map<const Value*, std::string> fresh_;  // twins split_output made, by the name given
 
-  void removed(const std::string& label, const std::string& id) {
+  void removed(const Node* n) {
+    ++stats_.nodes_removed;
+    stats_.removed.push_back(n->display_name());
+    record_.consumed.push_back(node_id(*n));
+  }
+
+  void cancel(Node* t, const Value* v, size_t rank) {
+    const std::string label = t->display_name(), id = node_id(*t);
+    Value* twin = twin_.at(v);
+    if (bypass(g_, t, twin, t->outputs[0])) {  // the plan said it would not refuse: stay correct anyway
+      g_.set_input(t, 0, twin);
+      Perm identity(rank);
+      for (size_t i = 0; i < rank; ++i) identity[i] = static_cast<int64_t>(i);
+      set_perm(*t, identity);
+      return;
+    }
     ++stats_.nodes_removed;
     stats_.removed.push_back(label);
     record_.consumed.push_back(id);
@@ -260,55 +311,71 @@ class Applier {
     return v;
   }
 
-  void node(NodePlan& p, Value* untransposed) {
-    Node* n = p.node;
-    record_.what = "moved transposes";
-    for (size_t i = 0; i < p.push.inputs.size(); ++i) {
-      PushedInput& in = p.push.inputs[i];
+  void move(Moved& m, const Roles& roles) {
+    Node* n = m.node;
+    for (size_t i = 0; i < m.push.inputs.size(); ++i) {
+      PushedInput& in = m.push.inputs[i];
       if (i >= n->inputs.size()) n->inputs.resize(i + 1, nullptr);  // an added input (Slice's axes)
       Value* old = n->inputs[i];
       switch (in.kind) {
         case PushedInput::kKeep:
           break;
         case PushedInput::kPermuted:
-          g_.set_input(n, static_cast<int>(i), untransposed);
-          break;
-        case PushedInput::kSibling:
-          g_.set_input(n, static_cast<int>(i), in.sibling->inputs[0]);
+          g_.set_input(n, static_cast<int>(i), twin_.at(old));
           break;
         case PushedInput::kTransposedConstant:
           constants_replaced.insert(old->graph);
           g_.set_input(n, static_cast<int>(i), constant(in.tensor, old->name + "_transposed", n));
           break;
-        case PushedInput::kReplaced:
-          g_.set_input(n, static_cast<int>(i), constant(in.tensor, (old ? old->name : n->name.value + "_axes") + "_permuted", n));
+        case PushedInput::kReplaced: {
+          const std::string base = old ? old->name : (n->name.value.empty() ? "axes" : n->name.value + "_axes");
+          g_.set_input(n, static_cast<int>(i), constant(in.tensor, base + "_permuted", n));
           if (old && old->initializer) constants_replaced.insert(old->graph);
           break;
+        }
       }
     }
-    for (Node* s : p.freed) {
-      const std::string label = s->display_name(), id = node_id(*s);
-      if (!s->outputs[0]->uses.empty() || s->outputs[0]->is_graph_output()) continue;
-      g_.remove_node(s);
-      removed(label, id);
-    }
-    for (Attribute& a : p.push.attributes) set_attribute(*n, std::move(a));
-    for (size_t i = 0; i < p.outputs.size(); ++i) {
-      if (!p.outputs[i]) continue;
+    for (Attribute& a : m.push.attributes) set_attribute(*n, std::move(a));
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
       Value* y = n->outputs[i];
-      Value* pre = g_.split_output(n, static_cast<int>(i), names_.make(y->name + "_untransposed"));
+      if (!y || m.push.outputs[i].empty()) continue;
+      Value* twin = g_.split_output(n, static_cast<int>(i), names_.make(y->name + "_untransposed"));
+      twin_[y] = twin;
+      fresh_[twin] = twin->name;
       Node* t = g_.new_node();
       t->op_type.set("Transpose");
       t->name.set(names_.make(y->name + "_transpose"));
-      set_perm(*t, p.outputs[i]->perm);
-      t->inputs.push_back(pre);
+      set_perm(*t, m.push.outputs[i]);
+      t->inputs.push_back(twin);
       t->outputs.push_back(y);
       g_.add_node(t, n->next);
-      added_.insert(t);
+      maker_[y] = t;
       ++stats_.nodes_added;
       record_.produced.push_back(node_id(*t));
-      value(*p.outputs[i], pre, t);
+      for (const auto& [reader, v] : roles.cancelled)
+        if (v == y) cancel(reader, v, m.push.outputs[i].size());
     }
+  }
+
+  // A region value nothing reads any more: the Transpose making it goes,
+  // and a twin made in its place takes its name back.
+  void drop_unread(Value* v) {
+    if (!v->uses.empty() || v->is_graph_output()) return;
+    Node* maker = v->producer;
+    const std::string name = v->name;
+    Value* twin = twin_.at(v);
+    auto added = maker_.find(v);
+    if (added == maker_.end()) {
+      removed(maker);
+      g_.remove_node(maker);
+      return;
+    }
+    const std::string id = node_id(*maker);
+    g_.remove_node(maker);
+    --stats_.nodes_added;
+    record_.produced.erase(std::find(record_.produced.begin(), record_.produced.end(), id));
+    auto fresh = fresh_.find(twin);
+    if (fresh != fresh_.end() && fresh->second == twin->name && !g_.find_local(name)) g_.rename_value(twin, name);
   }
 };
 
@@ -357,9 +424,12 @@ bool sweep(Model& model, Graph& g, FreshNames& names, PassStats& stats, std::set
   bool changed = false;
   const bool as_nodes = g.is_function_body || (model.ir_version.has && model.ir_version.value < 4);
   const int64_t opset = default_opset(model, g);
-  Planner planner(model, g);
+  const std::vector<Node*> order = g.topological_order();
+  std::unordered_map<const Node*, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position.emplace(order[i], i);
+  Planner planner(model, g, position);
   std::set<Graph*> replaced;
-  for (Node* root : g.topological_order()) {
+  for (Node* root : order) {
     if (root->removed || !is_transpose(*root)) continue;
     std::optional<std::vector<int64_t>> shape = known_shape(root->inputs[0]);
     std::optional<Perm> perm = transpose_perm(*root, shape ? static_cast<int64_t>(shape->size()) : -1);
@@ -368,8 +438,9 @@ bool sweep(Model& model, Graph& g, FreshNames& names, PassStats& stats, std::set
       continue;
     }
     if (is_identity(*perm)) continue;  // eliminate_nop's
-    std::unique_ptr<ValuePlan> plan = planner.plan(root, *perm);
-    if (plan->delta - 1 >= 0) {
+    Region region = planner.grow(root, *perm);
+    Roles roles = planner.roles(region);
+    if (roles.delta >= 0) {
       refused.insert(planner.refusals().begin(), planner.refusals().end());
       continue;
     }
@@ -377,12 +448,10 @@ bool sweep(Model& model, Graph& g, FreshNames& names, PassStats& stats, std::set
       refused.insert(root->display_name() + ": excluded from optimization");
       continue;
     }
-    if (plan->pushed && !prepare(*plan->pushed, as_nodes, opset)) continue;
-    Rewrite record{"cancelled transposes", {}, {}};
-    Applier apply(model, g, names, stats, record);
-    apply.value(*plan, root->inputs[0], root);
+    if (!prepare(region, as_nodes, opset)) continue;
+    Applier apply(model, g, names, stats);
+    apply.apply(region, roles);
     replaced.insert(apply.constants_replaced.begin(), apply.constants_replaced.end());
-    stats.rewrites.push_back(std::move(record));
     changed = true;
   }
   for (Node* t : g.topological_order())

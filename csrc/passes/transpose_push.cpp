@@ -122,13 +122,13 @@ bool readable(const Tensor& t) {
   return fold::to_array(t, a, why) && fold::element_size(a.dtype) != 0;
 }
 
-// Marks where the node reads the transposed value and gives every output
-// perm q; the value read at a slot from `params` on is a parameter.
+// Marks the inputs transposed by q and gives every output perm q; an input
+// from `params` on is a parameter, which may not be transposed.
 const char* start(const PushQuery& q, Push& out, size_t params) {
   const Node& n = q.node;
   out.inputs.assign(n.inputs.size(), PushedInput{});
   for (size_t i = 0; i < n.inputs.size(); ++i) {
-    if (n.inputs[i] != &q.transposed) continue;
+    if (!n.inputs[i] || !q.transposed(*n.inputs[i])) continue;
     if (i >= params) return "the transposed value is also read as a parameter";
     out.inputs[i].kind = PushedInput::kPermuted;
   }
@@ -144,20 +144,13 @@ bool read_elsewhere(const Value* v, const Node& n) {
   return false;
 }
 
-// An input beside the transposed one: Transpose<perm=q>(w), a tensor of
-// 1s shape, or a constant to transpose. `same_rank`: it must have the full
-// rank (Concat), else it broadcasts (numpy: leading 1s).
+// An input beside the transposed ones: a tensor of 1s shape, or a constant
+// to transpose. `same_rank`: it must have the full rank (Concat), else it
+// broadcasts (numpy: leading 1s).
 const char* operand(const PushQuery& q, size_t slot, bool same_rank, Push& out) {
   const Value* v = q.node.inputs[slot];
   PushedInput& in = out.inputs[slot];
   const int64_t r = rank_of(q);
-  if (Node* p = v->producer; p && p->graph == &q.graph && is_transpose(*p) && !p->pinned && q.may_use_sibling(*p)) {
-    if (std::optional<Perm> pp = transpose_perm(*p, r); pp && *pp == q.perm) {
-      in.kind = PushedInput::kSibling;
-      in.sibling = p;
-      return nullptr;
-    }
-  }
   std::optional<std::vector<int64_t>> shape = known_shape(v);
   if (!shape) return refuse(out, "operand " + quoted(v) + " has an unknown rank");
   const int64_t rank = static_cast<int64_t>(shape->size());
@@ -367,7 +360,7 @@ const char* resize(const PushQuery& q, int64_t opset, Push& out) {
   std::vector<Param> params = opset && opset < 11 ? std::vector<Param>{{1, 1}}
                                                   : std::vector<Param>{{1, 2}, {2, 1}, {3, 1}};  // roi, scales, sizes
   std::vector<bool> resized(r, false);
-  const std::optional<std::vector<int64_t>> dims = known_shape(&q.transposed);
+  const std::optional<std::vector<int64_t>> dims = known_shape(n.inputs[0]);
   for (const Param& p : params) {
     if (p.slot >= n.inputs.size() || !n.inputs[p.slot]) continue;
     const Value* v = n.inputs[p.slot];

@@ -8,9 +8,9 @@
 //     min/max, ...) and per-tensor QuantizeLinear/DequantizeLinear need
 //     nothing;
 //   - broadcasting ops (Add, Mul, Where, PRelu, Sum, Equal, ...): each other
-//     operand is Transpose<perm=q>(w) (read w), a tensor of 1s shape (the
-//     same in every layout), or a constant, first given numpy's leading 1s
-//     up to the rank, then transposed by q's inverse;
+//     operand is transposed by q too (read what it transposes), a tensor of
+//     1s shape (the same in every layout), or a constant, first given
+//     numpy's leading 1s up to the rank, then transposed by q's inverse;
 //   - Concat, Split, Softmax (opset >= 13), ArgMax/ArgMin: axis a -> q[a];
 //     Concat's other inputs as above, constants at the full rank;
 //   - Reduce*: axes a -> q[a]; with keepdims=0 the kept axes come out in
@@ -49,12 +49,10 @@ constexpr uint64_t kSmallConstant = 64;
 struct PushedInput {
   enum Kind {
     kKeep,                // the same value
-    kPermuted,            // the transposed value: read v instead
-    kSibling,             // Transpose<perm=q>(w): read w instead
+    kPermuted,            // a value transposed by q: read what it transposes
     kTransposedConstant,  // a constant: its transposed copy (full rank, perm inverse(q))
     kReplaced,            // a new constant `tensor` (past the inputs: an added input)
   } kind = kKeep;
-  ir::Node* sibling = nullptr;
   std::shared_ptr<const ir::Tensor> tensor;
 };
 
@@ -69,10 +67,9 @@ struct PushQuery {
   const ir::Model& model;
   const ir::Graph& graph;
   const ir::Node& node;
-  const ir::Value& transposed;  // Transpose<perm=q>(v), read by `node` at one or more inputs
-  const Perm& perm;             // q
-  // Whether the plan may read through this Transpose (it is not already part of it).
-  std::function<bool(const ir::Node&)> may_use_sibling;
+  const Perm& perm;  // q
+  // Whether an input is Transpose<perm=q>(w) and the caller can give w instead.
+  std::function<bool(const ir::Value&)> transposed;
 };
 
 // The node is of no op a Transpose moves through.
