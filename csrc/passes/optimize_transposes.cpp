@@ -418,6 +418,49 @@ bool shorten_chain(Graph& g, Node* t, PassStats& stats) {
   return true;
 }
 
+// A Transpose that moves only axes of size 1 keeps the order of the data:
+// a Reshape (a view at run time, and collapse_reshapes merges it with its
+// neighbours). The target gives each known dim, 0 for an unknown one that
+// stays at its index (copied), -1 for one unknown that moves. Returns
+// whether it changed the graph.
+bool reshape_unit_moves(const Model& model, Graph& g, Node* t, FreshNames& names, PassStats& stats) {
+  if (t->pinned || default_opset(model, g) < 5) return false;
+  std::optional<std::vector<int64_t>> dims = known_shape(t->inputs[0]);
+  if (!dims) return false;
+  std::optional<Perm> perm = transpose_perm(*t, static_cast<int64_t>(dims->size()));
+  if (!perm || is_identity(*perm)) return false;
+  int64_t last = -1;  // the input axis of the last non-1 dim seen in output order
+  std::vector<int64_t> target;
+  bool inferred = false;
+  for (size_t i = 0; i < perm->size(); ++i) {
+    const int64_t axis = (*perm)[i], d = (*dims)[static_cast<size_t>(axis)];
+    if (d == 0) return false;  // a 0 in the target would copy (allowzero aside): not worth the case
+    if (d != 1) {
+      if (axis < last) return false;  // data moves
+      last = axis;
+    }
+    if (d != kUnknownDim) target.push_back(d);
+    else if (axis == static_cast<int64_t>(i)) target.push_back(0);
+    else if (!inferred) target.push_back(-1), inferred = true;
+    else return false;
+  }
+  bool as_node = false;
+  const std::string base = (t->name.value.empty() ? t->outputs[0]->name : t->name.value) + "_shape";
+  Value* shape = add_constant(model, g, int_tensor(target, 7), names.make(base), t, as_node);
+  if (as_node) ++stats.nodes_added;
+  Node* reshape = g.new_node();
+  reshape->op_type.set("Reshape");
+  reshape->name = t->name;
+  reshape->inputs = {t->inputs[0], shape};
+  const std::string label = t->display_name(), id = node_id(*t);
+  g.replace_node(t, reshape);
+  stats.removed.push_back(label);
+  stats.rewrites.push_back({"transpose of size-1 axes to reshape", {id}, {node_id(*reshape)}});
+  ++stats.nodes_removed;
+  ++stats.nodes_added;
+  return true;
+}
+
 // One sweep over a graph: every Transpose a start, then the chains.
 // Returns whether anything changed; refusals go to `refused`.
 bool sweep(Model& model, Graph& g, FreshNames& names, PassStats& stats, std::set<std::string>& refused) {
@@ -456,6 +499,9 @@ bool sweep(Model& model, Graph& g, FreshNames& names, PassStats& stats, std::set
   }
   for (Node* t : g.topological_order())
     if (is_transpose(*t)) changed = shorten_chain(g, t, stats) || changed;
+  if (!changed)  // last: a Transpose that may still cancel is not made a Reshape first
+    for (Node* t : g.topological_order())
+      if (is_transpose(*t)) changed = reshape_unit_moves(model, g, t, names, stats) || changed;
   for (Graph* r : replaced) stats.initializers_removed += static_cast<int64_t>(r->remove_unused_initializers(stats.removed));
   if (changed) stats.value_info_removed += static_cast<int64_t>(g.remove_stale_value_info());
   return changed;

@@ -23,7 +23,14 @@
 //
 // Separately, a Transpose reading a Transpose that stays for other readers
 // reads the first one's input with the composed perm (count unchanged, the
-// chain one shorter).
+// chain one shorter). And last, when nothing else changes, a Transpose that
+// moves only axes of size 1 (known dims) leaves the data in order: it
+// becomes a Reshape, which collapse_reshapes can merge with its neighbours:
+//
+//   y = Transpose<perm=[1,0,2]>(x: [1,197,768])  ->  y = Reshape(x, [197,1,768])
+//
+// (an unknown dim that stays at its index is 0 in the target, one that
+// moves is -1; with two that move, or a 0 dim, it stays a Transpose).
 //
 // Refuses (stats.refused names the node a Transpose could not move through
 // and why; see transpose_push.h for the per-op reasons):

@@ -97,6 +97,41 @@ def test_transpose_without_perm_reverses():
     assert structure(m) == [("Neg", ["x"], ["y"])]
 
 
+@pytest.mark.parametrize("shape, perm, target", [
+    ("1,197,8", [1, 0, 2], [197, 1, 8]),
+    ("N,1,5", [0, 2, 1], [0, 5, 1]),  # the unknown dim stays where it is: 0 copies it
+    ("1,N", [1, 0], [-1, 1]),  # it moves: -1
+    ("N,1,M", [1, 0, 2], [1, -1, 0]),
+])
+def test_a_transpose_of_size_1_axes_is_a_reshape(shape, perm, target):
+    out = ",".join(shape.split(",")[i] for i in perm)
+    m, r = check(f"""g (float[{shape}] x) => (float[{out}] y) {{
+        y = Transpose <perm = {perm}> (x)
+    }}""")
+    [(op, [_, s], outs)] = structure(m)
+    assert op == "Reshape" and outs == ["y"] and initializer(m, s).tolist() == target
+    assert r.stats["rewrites"][0]["what"] == "transpose of size-1 axes to reshape"
+
+
+@pytest.mark.parametrize("shape, perm", [("2,3", [1, 0]), ("N,M,1", [2, 0, 1]), ("1,0,3", [1, 0, 2])])
+def test_transposes_that_move_data_stay(shape, perm):
+    out = ",".join(shape.split(",")[i] for i in perm)
+    m, r = run(f"""g (float[{shape}] x) => (float[{out}] y) {{
+        y = Transpose <perm = {perm}> (x)
+    }}""")
+    assert ops(m) == ["Transpose"] and not r.modified
+
+
+def test_a_size_1_transpose_that_cancels_cancels():
+    m, r = check("""g (float[1,3,4] x) => (float[1,3,4] y) {
+        a = Relu(x)
+        b = Transpose <perm = [1, 0, 2]> (a)
+        c = Neg(b)
+        y = Transpose <perm = [1, 0, 2]> (c)
+    }""")
+    assert structure(m) == [("Relu", ["x"], ["a"]), ("Neg", ["a"], ["y"])]
+
+
 # ---- through unary ops ----
 
 UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Softplus", "Softsign", "Floor",
@@ -660,6 +695,7 @@ def test_attention_block_stays_correct():
     assert ops(m).count("Transpose") == 4
 
 
+@pytest.mark.filterwarnings("ignore")
 def test_torch_exports_keep_their_numbers():
     torch = pytest.importorskip("torch")
     import io
