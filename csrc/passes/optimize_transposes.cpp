@@ -122,8 +122,8 @@ class Planner {
   // The region's values, sources, readers and count change, as it stands.
   Roles roles(const Region& region) {
     Roles r;
-    std::unordered_set<const Node*> moved;
-    for (const Moved& m : region.moved) moved.insert(m.node);
+    std::unordered_map<const Node*, const Moved*> moved;
+    for (const Moved& m : region.moved) moved.emplace(m.node, &m);
     r.perm_of.emplace(region.root->outputs[0], region.root_perm);
     r.sources.push_back(region.root);
     for (const Moved& m : region.moved)
@@ -141,7 +141,11 @@ class Planner {
       bool outside = v->is_graph_output();
       for (const Use& u : v->uses) {
         Node* n = u.node;
-        if (moved.count(n)) continue;
+        if (auto it = moved.find(n); it != moved.end()) {
+          if (it->second->push.inputs[static_cast<size_t>(u.index)].kind == PushedInput::kPermuted) continue;
+          outside = true;  // it reads this value as it is (a parameter)
+          continue;
+        }
         const bool source = std::find(r.sources.begin(), r.sources.end(), n) != r.sources.end();
         std::optional<Perm> p;
         if (n->graph == &graph_ && is_transpose(*n) && !n->pinned && !source) p = transpose_perm(*n, static_cast<int64_t>(perm.size()));

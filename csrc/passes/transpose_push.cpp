@@ -1,6 +1,7 @@
 #include "passes/transpose_push.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string_view>
 #include <unordered_set>
 
@@ -373,9 +374,12 @@ const char* resize(const PushQuery& q, int64_t opset, Push& out) {
     if (a.numel() == 0) continue;  // an empty roi or scales stands for none
     if (a.numel() != p.halves * r) return refuse(out, "Resize parameter " + quoted(v) + " does not match the rank");
     const bool is_scales = p.slot == (opset && opset < 11 ? 1u : 2u);
-    for (size_t i = 0; i < r && (is_scales || p.slot == 3); ++i) {
-      if (is_scales) resized[i] = resized[i] || a.dtype != fold::kFloat || a.at<float>(i) != 1.0f;
-      else resized[i] = resized[i] || !dims || (*dims)[i] == kUnknownDim || a.as_int64()[i] != (*dims)[i];
+    if (is_scales)
+      for (size_t i = 0; i < r; ++i) resized[i] = resized[i] || a.dtype != fold::kFloat || a.at<float>(i) != 1.0f;
+    if (p.slot == 3) {
+      if (a.dtype != fold::kInt64) return refuse(out, "Resize sizes " + quoted(v) + " are not int64");
+      const std::vector<int64_t> sizes = a.as_int64();
+      for (size_t i = 0; i < r; ++i) resized[i] = resized[i] || !dims || (*dims)[i] == kUnknownDim || sizes[i] != (*dims)[i];
     }
     out.inputs[p.slot].kind = PushedInput::kReplaced;
     out.inputs[p.slot].tensor = reordered_constant(*c, axis_order(q.perm, p.halves));
