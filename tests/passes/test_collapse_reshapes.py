@@ -272,3 +272,69 @@ def test_backend_models_keep_their_outputs(path):
     got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], inputs)))
     for w, h in zip(want, got):
         np.testing.assert_allclose(h, w, rtol=1e-3, atol=1e-5)
+
+
+# ---- random chains ----
+
+def _random_chain(seed):
+    """A seeded chain of Reshape (with 0 and -1 entries), Flatten, Squeeze
+    and Unsqueeze from float[N,6,4] (N symbolic or 2), some values read
+    elsewhere or graph outputs."""
+    rng = np.random.default_rng(seed)
+    shape, name, nodes, inits, outs = [2, 6, 4], "x", [], [], []
+    for k in range(int(rng.integers(2, 7))):
+        out, op = f"v{k}", str(rng.choice(["Reshape", "Flatten", "Squeeze", "Unsqueeze"]))
+        if op == "Squeeze" and 1 not in shape:
+            op = "Unsqueeze"
+        if op == "Reshape":
+            total = int(np.prod(shape))
+            dims = [d for d in (1, 2, 3, 4, 6, 8, 12) if total % d == 0]
+            first = int(dims[rng.integers(len(dims))])
+            new = [first, total // first] if rng.random() < 0.6 else [first, 1, total // first]
+            target = list(new)
+            if rng.random() < 0.4:
+                target[int(rng.integers(len(target)))] = -1
+            for i in range(min(len(target), len(shape))):
+                if target[i] == shape[i] and rng.random() < 0.5:
+                    target[i] = 0
+            t = numpy_helper.from_array(np.array(target, np.int64), f"t{k}")
+            inits.append(t)
+            nodes.append(helper.make_node("Reshape", [name, t.name], [out]))
+        elif op == "Flatten":
+            axis = int(rng.integers(0, len(shape) + 1))
+            new = [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))]
+            nodes.append(helper.make_node("Flatten", [name], [out], axis=axis))
+        elif op == "Squeeze":
+            ones = [i for i, d in enumerate(shape) if d == 1]
+            axes = numpy_helper.from_array(np.array([ones[0]], np.int64), f"a{k}")
+            inits.append(axes)
+            new = [d for i, d in enumerate(shape) if i != ones[0]]
+            nodes.append(helper.make_node("Squeeze", [name, axes.name], [out]))
+        else:
+            axis = int(rng.integers(0, len(shape) + 1))
+            axes = numpy_helper.from_array(np.array([axis], np.int64), f"a{k}")
+            inits.append(axes)
+            new = shape[:axis] + [1] + shape[axis:]
+            nodes.append(helper.make_node("Unsqueeze", [name, axes.name], [out]))
+        if rng.random() < 0.15:
+            outs.append((name, shape))  # read elsewhere: ends a chain
+        shape, name = new, out
+    outs.append((name, shape))
+    dims = ["N" if rng.random() < 0.5 else 2, 6, 4]
+    g = helper.make_graph(nodes, f"chain{seed}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                          [helper.make_tensor_value_info(v, TensorProto.FLOAT, s if rng.random() < 0.3 else
+                                                         [f"{v}_{i}" for i in range(len(s))])
+                           for v, s in outs if v != "x"], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_chains_keep_their_numbers(seed):
+    before = _random_chain(seed)
+    m, r = run_pass("collapse_reshapes", before, full_check=False)
+    onnx.checker.check_model(m.to_onnx())
+    feeds = {"x": np.random.default_rng(seed).standard_normal((2, 6, 4)).astype(np.float32)}
+    for want, got in zip(outputs(before, feeds), outputs(m, feeds)):
+        np.testing.assert_array_equal(got, want)
+    assert len(m.graph.nodes) <= len(before.graph.node)
+    assert not get("collapse_reshapes").run(m, PassOptions()).modified

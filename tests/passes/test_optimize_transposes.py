@@ -517,6 +517,28 @@ def test_a_value_a_subgraph_reads_keeps_its_transpose():
     same_numbers(before, m, {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 3, "cond": np.array(True)})
 
 
+def test_inside_a_model_function():
+    body = [helper.make_node("Transpose", ["a"], ["t"], perm=[1, 0]), helper.make_node("Constant", [], ["k"],
+            value=numpy_helper.from_array(np.array([1.0, 2.0], np.float32))),
+            helper.make_node("Add", ["t", "k"], ["s"]), helper.make_node("Transpose", ["s"], ["b"], perm=[1, 0])]
+    f = helper.make_function("local", "F", ["a"], ["b"], body, [helper.make_opsetid("", 17)])
+    g = helper.make_graph([helper.make_node("F", ["x"], ["y"], domain="local")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+    before = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+                               functions=[f], ir_version=8)
+    m, r = run(before)
+    # The Constant is no initializer: the Add cannot take the Transpose; nothing is lost either.
+    assert [n.op_type for n in m.to_onnx().functions[0].node] == ["Transpose", "Constant", "Add", "Transpose"]
+    same_numbers(before, m)
+    f2 = helper.make_function("local", "F", ["a"], ["b"], [body[0], helper.make_node("Relu", ["t"], ["s"]), body[3]],
+                              [helper.make_opsetid("", 17)])
+    before.functions[0].CopyFrom(f2)
+    m, r = run(before)
+    assert [n.op_type for n in m.to_onnx().functions[0].node] == ["Relu"]
+    same_numbers(before, m)
+
+
 # ---- refusals: graph unchanged, reason reported ----
 
 REFUSALS = {
@@ -719,3 +741,103 @@ def test_torch_exports_keep_their_numbers():
     before = onnx.load_from_string(buffer.getvalue())
     m, r = check(before)
     assert ops(m).count("Transpose") < [n.op_type for n in before.graph.node].count("Transpose")
+
+
+# ---- random graphs: Transposes among every op family, shared readers, DAGs ----
+
+def _random_graph(seed):
+    """A seeded graph over float[2,3,4]-like values: Transposes with random
+    perms between unary, broadcasting, Concat, Split, Reduce, Softmax and
+    Slice nodes that read earlier values at random (so values have several
+    readers), some of them graph outputs."""
+    rng = np.random.default_rng(seed)
+    values = [("x", (2, 3, 4)), ("z", (4, 2, 3))]
+    nodes, inits, count = [], [], [0]
+
+    def fresh(prefix):
+        count[0] += 1
+        return f"{prefix}{count[0]}"
+
+    def constant(shape):
+        name = fresh("c")
+        inits.append(numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name))
+        return name
+
+    for _ in range(14):
+        name, shape = values[rng.integers(len(values))]
+        rank = len(shape)
+        kind = rng.choice(["transpose", "transpose", "transpose", "unary", "binary", "concat", "split", "reduce",
+                           "softmax", "slice"])
+        out = fresh("v")
+        if kind == "transpose":
+            perm = [int(p) for p in rng.permutation(rank)]
+            nodes.append(helper.make_node("Transpose", [name], [out], perm=perm))
+            values.append((out, tuple(shape[p] for p in perm)))
+        elif kind == "unary":
+            nodes.append(helper.make_node(str(rng.choice(["Relu", "Neg", "Sigmoid", "Abs"])), [name], [out]))
+            values.append((out, shape))
+        elif kind == "binary":
+            same = [v for v, s in values if s == shape and v != name]
+            if same and rng.random() < 0.6:
+                other = same[rng.integers(len(same))]
+            else:  # a broadcast constant: a suffix of the shape, some dims 1
+                k = int(rng.integers(0, rank + 1))
+                other = constant([d if rng.random() < 0.6 else 1 for d in shape[rank - k:]])
+            op = str(rng.choice(["Add", "Mul", "Sub", "Max"]))
+            nodes.append(helper.make_node(op, [name, other] if rng.random() < 0.5 else [other, name], [out]))
+            values.append((out, shape))
+        elif kind == "concat":
+            same = [v for v, s in values if s == shape]
+            other = same[rng.integers(len(same))]
+            axis = int(rng.integers(-rank, rank))
+            nodes.append(helper.make_node("Concat", [name, other], [out], axis=axis))
+            values.append((out, tuple(d * 2 if i == axis % rank else d for i, d in enumerate(shape))))
+        elif kind == "split":
+            even = [i for i, d in enumerate(shape) if d % 2 == 0]
+            if not even:
+                continue
+            axis, second = int(even[rng.integers(len(even))]), fresh("v")
+            nodes.append(helper.make_node("Split", [name], [out, second], axis=axis))
+            half = tuple(d // 2 if i == axis else d for i, d in enumerate(shape))
+            values += [(out, half), (second, half)]
+        elif kind == "reduce":
+            if rank < 3:
+                continue
+            axis, keep = int(rng.integers(rank)), int(rng.integers(2))
+            axes = numpy_helper.from_array(np.array([axis], np.int64), fresh("axes"))
+            inits.append(axes)
+            op = str(rng.choice(["ReduceSum", "ReduceMax"]))
+            nodes.append(helper.make_node(op, [name, axes.name] if op == "ReduceSum" else [name], [out],
+                                          keepdims=keep, **({} if op == "ReduceSum" else {"axes": [axis]})))
+            values.append((out, tuple(1 if i == axis else d for i, d in enumerate(shape) if keep or i != axis)))
+        elif kind == "softmax":
+            nodes.append(helper.make_node("Softmax", [name], [out], axis=int(rng.integers(-rank, rank))))
+            values.append((out, shape))
+        else:
+            wide = [i for i, d in enumerate(shape) if d > 1]
+            axis = int(wide[rng.integers(len(wide))])
+            params = [numpy_helper.from_array(np.array([v], np.int64), fresh("s")) for v in (1, 9, axis)]
+            inits += params
+            nodes.append(helper.make_node("Slice", [name] + [p.name for p in params], [out]))
+            values.append((out, tuple(d - 1 if i == axis else d for i, d in enumerate(shape))))
+    read = {i for n in nodes for i in n.input}
+    produced = [(v, s) for v, s in values[2:]]
+    outs = [(v, s) for v, s in produced if v not in read or rng.random() < 0.2] or produced[-1:]
+    g = helper.make_graph(nodes, f"random{seed}",
+                          [helper.make_tensor_value_info(v, TensorProto.FLOAT, s) for v, s in values[:2]],
+                          [helper.make_tensor_value_info(v, TensorProto.FLOAT, s) for v, s in outs], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_graphs_keep_their_numbers(seed):
+    before = _random_graph(seed)
+    onnx.checker.check_model(before, full_check=True)
+    m, r = run(before)
+    feeds = random_feeds(before, seed)
+    for want, got in zip(outputs(before, feeds), outputs(m, feeds)):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    count = lambda model: ops(pyonnxopt.load(model) if isinstance(model, onnx.ModelProto) else model).count("Transpose")
+    assert count(m) <= count(before)
+    assert not get("optimize_transposes").run(m, PassOptions()).modified
