@@ -815,6 +815,8 @@ def _random_graph(seed):
             values.append((out, shape))
         else:
             wide = [i for i, d in enumerate(shape) if d > 1]
+            if not wide:
+                continue
             axis = int(wide[rng.integers(len(wide))])
             params = [numpy_helper.from_array(np.array([v], np.int64), fresh("s")) for v in (1, 9, axis)]
             inits += params
