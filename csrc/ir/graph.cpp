@@ -411,6 +411,20 @@ void Graph::set_constant(Value* v, std::unique_ptr<Tensor> t, bool as_node) {
   if (!left) remove_node(producer);
 }
 
+Value* Graph::add_initializer(std::string value_name, std::unique_ptr<Tensor> t) {
+  Value* v = create_value(std::move(value_name));
+  t->name.set(v->name);
+  v->initializer = t.get();
+  initializers.push_back(std::move(t));
+  return v;
+}
+
+std::string Graph::unique_name(std::string_view hint) const {
+  std::string name(hint);
+  for (int i = 1; lookup(name); ++i) name = std::string(hint) + "_" + std::to_string(i);
+  return name;
+}
+
 void Graph::set_value_type(Value* v, std::string type) {
   if (v->info) {
     v->info->type.set(std::move(type));

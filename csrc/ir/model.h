@@ -333,6 +333,12 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   // producer was. Readers and value_info stay. The producer loses that output
   // and is removed once it has none left, so fold every read output of a node.
   void set_constant(Value* v, std::unique_ptr<Tensor> t, bool as_node);
+  // A new initializer named `name` (throws ModelError when the name is
+  // taken in this scope) holding `t`; returns its value.
+  Value* add_initializer(std::string name, std::unique_ptr<Tensor> t);
+  // `hint`, or `hint_1`, `hint_2`, ...: the first name no value in this
+  // scope or an enclosing one has.
+  std::string unique_name(std::string_view hint) const;
   // Sets the TypeProto (raw bytes) describing `v`: its input/output/value_info
   // entry, or a new value_info entry.
   void set_value_type(Value* v, std::string type);

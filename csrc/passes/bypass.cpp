@@ -23,8 +23,11 @@ int own_output_refs(const Graph& g, const Value* v) {
 
 }  // namespace
 
-const char* why_not_bypass(const Graph& g, const Node* node, const Value* in, const Value* out, size_t in_readers) {
-  if (node->pinned) return "excluded from optimization";
+const char* why_not_reroute(const Graph& g, const Value* in, const Value* out) {
+  return why_not_reroute(g, in, out, in ? in->uses.size() : 0);
+}
+
+const char* why_not_reroute(const Graph& g, const Value* in, const Value* out, size_t in_readers) {
   if (!in) return "no input";
   if (!out) return "no output";
   if (in->graph != &g && out->is_graph_output()) return "output is a graph output and the input is from an enclosing graph";
@@ -39,7 +42,8 @@ const char* why_not_bypass(const Graph& g, const Node* node, const Value* in, co
 }
 
 const char* bypass(Graph& g, Node* node, Value* in, Value* out) {
-  if (const char* why = why_not_bypass(g, node, in, out, in ? in->uses.size() : 0)) return why;
+  if (node->pinned) return "excluded from optimization";
+  if (const char* why = why_not_reroute(g, in, out)) return why;
   if (!out->is_graph_output()) {
     g.replace_all_uses(out, in);
     g.remove_node(node);

@@ -8,6 +8,7 @@
 #include "passes/eliminate_nop.h"
 #include "passes/fold_constants.h"
 #include "passes/optimize_transposes.h"
+#include "passes/simplify_algebra.h"
 
 namespace pyonnxopt::passes {
 
@@ -17,6 +18,7 @@ const std::vector<std::unique_ptr<Pass>>& registry() {
     v.push_back(std::make_unique<EliminateIdentity>());
     v.push_back(std::make_unique<EliminateDropout>());
     v.push_back(std::make_unique<EliminateNop>());
+    v.push_back(std::make_unique<SimplifyAlgebra>());
     v.push_back(std::make_unique<FoldConstants>());
     v.push_back(std::make_unique<OptimizeTransposes>());
     v.push_back(std::make_unique<CollapseReshapes>());

@@ -122,9 +122,9 @@ bool Planner::cancels(const Node* t, const Value* v, const Value* existing) {
   if (out->is_graph_output() && (v->uses.size() != 1 || v->is_graph_output()))
     why = "it would cancel into a graph output whose name a value with other readers would have to take";
   else if (existing)
-    why = why_not_bypass(graph_, t, existing, out, existing->uses.size());
+    why = why_not_reroute(graph_, existing, out, existing->uses.size());
   else
-    why = why_not_bypass(graph_, t, v, out, 1);  // v stands in: same graph, made by a node
+    why = why_not_reroute(graph_, v, out, 1);  // v stands in: same graph, made by a node
   if (why) refusals_.push_back(t->display_name() + ": " + why);
   return !why;
 }
