@@ -369,6 +369,20 @@ void Graph::replace_all_uses(Value* from, Value* to) {
   }
 }
 
+Value* Graph::split_output(Node* node, int index, std::string fresh_name) {
+  if (node->graph != this || node->removed) throw ModelError("node " + node->display_name() + " is not in this graph");
+  if (index < 0 || index >= static_cast<int>(node->outputs.size()) || !node->outputs[index])
+    throw std::out_of_range("output index");
+  Value* old = node->outputs[index];
+  Value* fresh = create_value(std::move(fresh_name));
+  node->outputs[index] = fresh;
+  fresh->producer = node;
+  fresh->producer_index = index;
+  old->producer = nullptr;
+  old->producer_index = -1;
+  return fresh;
+}
+
 void Graph::set_constant(Value* v, std::unique_ptr<Tensor> t, bool as_node) {
   Node* producer = v->producer;
   if (v->graph != this || !producer || producer->removed)

@@ -322,6 +322,11 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   Node* replace_node(Node* old_node, Node* replacement);
   // Redirects every reader of `from` (nodes anywhere and graph outputs) to `to`.
   void replace_all_uses(Value* from, Value* to);
+  // Gives `node` a new output value named `fresh_name` in place of its output
+  // `index`, and returns it. The old value keeps its name, readers,
+  // graph-output entries and type but has no producer: give it to a new node
+  // (add_node) at once, e.g. to put a node between `node` and its readers.
+  Value* split_output(Node* node, int index, std::string fresh_name);
   // Makes `v`, an output of a node of this graph, a constant holding `t`
   // under its own name: an initializer, or, with `as_node` (function bodies
   // have no initializers), the output of a new Constant node placed where its

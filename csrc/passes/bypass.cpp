@@ -24,6 +24,10 @@ int own_output_refs(const Graph& g, const Value* v) {
 }  // namespace
 
 const char* why_not_reroute(const Graph& g, const Value* in, const Value* out) {
+  return why_not_reroute(g, in, out, in ? in->uses.size() : 0);
+}
+
+const char* why_not_reroute(const Graph& g, const Value* in, const Value* out, size_t in_readers) {
   if (!in) return "no input";
   if (!out) return "no output";
   if (in->graph != &g && out->is_graph_output()) return "output is a graph output and the input is from an enclosing graph";
@@ -33,7 +37,7 @@ const char* why_not_reroute(const Graph& g, const Value* in, const Value* out) {
   // The graph output keeps its name: the input's producer writes it directly.
   if (!in->producer || in->producer->graph != &g) return "output is a graph output and the input is a graph input, initializer or outer value";
   if (in->is_graph_output()) return "output and input are both graph outputs";
-  if (in->uses.size() != 1) return "output is a graph output and the input has other readers";
+  if (in_readers != 1) return "output is a graph output and the input has other readers";
   return nullptr;
 }
 
