@@ -12,6 +12,8 @@ import _util  # noqa: E402
 from _evaluate import MIN_LATENCY_RUNS  # noqa: E402
 
 INF = float("inf")
+EARLIER = "^"  # marks what comes from an earlier run (compare.py --reuse)
+PEER_VERSIONS = ("onnxsim", "onnxslim", "onnxoptimizer", "polygraphy", "onnxscript", "onnx-ir", "onnxruntime", "onnx")
 
 
 def levels_of(doc: dict) -> list:
@@ -46,14 +48,30 @@ def header(doc: dict) -> str:
         runs += f"; runs used {min(used)}..{max(used)}"
     if a.get("latency_block"):
         runs += f"; a model's results take turns, each round 1 untimed + {a['latency_block']} timed run(s) each"
-    return "\n".join([
+    lines = [
         f"machine: {env.get('cpus')} CPUs, 1-min load average {min(loads, default=0):.1f}..{max(loads, default=0):.1f} "
         f"during the runs; {a['repeats']} repeats; timeout {a['timeout']:.0f} s",
         f"latency: onnxruntime {env.get('onnxruntime')} on the CPU, {threads}; optimizations "
         f"{', '.join(repr(x) for x in levels_of(doc))}; {runs}",
         "versions: " + ", ".join(f"{k} {env.get(k)}" for k in ("onnxsim", "onnxslim", "onnxoptimizer", "polygraphy",
                                                                 "onnxscript", "onnxruntime", "onnx")),
-    ])
+    ]
+    if doc.get("reused"):
+        lines.append(reused_line(doc))
+    return "\n".join(lines)
+
+
+def reused_line(doc: dict) -> str:
+    """Which rows come from an earlier run, and how that run differed from this one."""
+    rec = doc["reused"]
+    tools = list(dict.fromkeys(t for m in doc["models"].values() for t in m.get("reused_tools", [])))
+    then, now = rec.get("environment", {}), doc["environment"]
+    unfinished = ", unfinished" if rec.get("complete") is False else ""  # absent: written only at the end
+    line = (f"from an earlier run ({rec['json']}{unfinished}; 1-min load average "
+            f"{then.get('loadavg_start') or 0:.1f} at its start): status, time, peak MB, nodes of "
+            f"{', '.join(tools) or 'no tool'} (marked {EARLIER}); their check and latency measured in this run")
+    changed = [f"{k} {then.get(k)} -> {now.get(k)}" for k in PEER_VERSIONS if then.get(k) != now.get(k)]
+    return line + (f"; versions changed since: {', '.join(changed)}" if changed else "")
 
 
 def _fmt(x, spec):
@@ -99,6 +117,9 @@ def _runs_table(doc: dict, levels: list):
     from rich.table import Table
 
     table = Table(title="pyonnxopt vs peers (medians; time = whole process; check vs the original in onnxruntime)")
+    if any(m.get("reused_tools") for m in doc["models"].values()):
+        table.caption = (f"{EARLIER}: status, time, x sim/slim, peak MB, nodes from an earlier run (--reuse); "
+                         "check and latency from this one")
     cols = [("model", "left"), ("tool", "left"), ("status", "left"), ("time s", "right"), ("x sim/slim", "right"),
             ("peak MB", "right"), ("nodes", "right"), ("Transp", "right"), ("const-in", "right"), ("check", "left"),
             *((f"ms {lv}", "right") for lv in levels), ("MB", "right")]
@@ -121,7 +142,8 @@ def _runs_table(doc: dict, levels: list):
                 peak += f" ({100 * r['peak_rss_of_model']:.0f}%)"
             nodes = _fmt(r.get("nodes"), "d") + (f" ms:{r['ms_nodes']}" if r.get("ms_nodes") else "")
             table.add_row(
-                name if i == 0 else "", tool, f"[{style}]{escape(status[:60])}[/{style}]" if style else status[:60],
+                name if i == 0 else "", f"{tool} {EARLIER}" if r.get("reused") else tool,
+                f"[{style}]{escape(status[:60])}[/{style}]" if style else status[:60],
                 _fmt(r.get("wall_s"), ".2f"),
                 _fmt(ref and r.get("wall_s") and r["wall_s"] / ref, ".2f"),
                 peak, nodes, _fmt(r.get("transposes"), "d"), _fmt(r.get("constant_input_nodes"), "d"), escape(check),
@@ -145,7 +167,8 @@ def _ratios_table(doc: dict, levels: list):
         return None
     ratios = Table(title="pyonnxopt / best peer, per model (time: / faster of onnxsim, onnxslim; nodes, latency: / "
                          "best peer with a right result; * peers with com.microsoft ops left out; ~ worse only "
-                         "within the noise; Transp: / the export's)")
+                         f"within the noise; Transp: / the export's; time {EARLIER}: the peer times from an earlier "
+                         "run)")
     ratios.add_column("model")
     keys = ["time", "nodes", *(f"ms {lv}" for lv in levels), "Transp"]
     for t in tools:
@@ -158,7 +181,7 @@ def _ratios_table(doc: dict, levels: list):
             if r is None:
                 cells += [""] * len(keys)
                 continue
-            cells += [_ratio_cell(r.get("time_vs_fastest_sim_slim")),
+            cells += [_ratio_cell(r.get("time_vs_fastest_sim_slim"), EARLIER if r.get("time_peers_reused") else ""),
                       _ratio_cell(r.get("nodes_vs_best_peer"), "*" if r["excluded_peers"] else "")]
             cells += [_ratio_cell(r["latency_vs_best_peer"].get(lv), "~" if r["latency_within_noise"].get(lv) else "")
                       for lv in levels]

@@ -5,6 +5,7 @@
     python bench/compare.py --tools default,pyonnxopt-ort --latency-level disable,all
     python bench/compare.py --models resnet50,bert_base --tools pyonnxopt,onnxsim --repeats 3
     python bench/compare.py --big bench/out/gpt2_large/model.onnx --json out.json
+    python bench/compare.py --reuse peers.json           # peers' rows from an earlier run (--keep-outputs)
 
 Each optimization is one fresh subprocess running one tool the way its users
 run it (a CLI where the tool has one), under /usr/bin/time, with a timeout:
@@ -22,7 +23,9 @@ off, seeded inputs), and the median latency in onnxruntime on the CPU at each
 --latency-level (one thread, CPU time by default; the results of a model take
 turns). The ratios
 to the best peer and the goals with their verdicts are in bench/_goals.py.
-Results: tables (rich) on stdout, everything in --json.
+Results: tables (rich) on stdout, everything in --json (written after each
+model). --reuse takes the peers' optimization runs from an earlier --json
+and evaluates their kept outputs here (bench/_reuse.py).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ sys.path.insert(0, HERE)
 import _evaluate  # noqa: E402
 import _goals  # noqa: E402
 import _report  # noqa: E402
+import _reuse  # noqa: E402
 import _util  # noqa: E402
 import zoo  # noqa: E402 - only its names and paths: zoo imports torch lazily
 from _goals import PYONNXOPT  # noqa: E402
@@ -253,11 +257,87 @@ def summarize_model(runs: list, evaluation: dict, tools: list, model_bytes: int)
     return rows
 
 
+# ---------------------------------------------------------------- one model
+
+
+def run_model(name: str, path: str, example: dict, big: bool, sha256, tools: list, present: list, a,
+              earlier: "_reuse.Earlier | None") -> dict:
+    """Every tool on one model (or its row from the earlier run), then the evaluation of the results
+    together: the model's entry of the --json."""
+    model_bytes = _evaluate.model_bytes(path)
+    work = os.path.join(a.work, _reuse.model_dir(name))
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    reused = {t: r for t in tools if earlier and (r := earlier.row(name, t, model_bytes, sha256)) is not None}
+    fresh = [t for t in present if t not in reused]
+    runs, evaluation = [], {}
+    print(f"{name} ({model_bytes / 1e6:.0f} MB)", file=sys.stderr)
+    for tool, r in reused.items():
+        print(f"  [earlier] {tool:18s} {r.get('status', '')[:70]:30s} {r.get('wall_s') or 0:7.2f} s "
+              f"{(r.get('peak_rss') or 0) / _util.MB:7.0f} MB", file=sys.stderr)
+    repeats = a.big_repeats if big else a.repeats
+    for rep in range(repeats):
+        for tool in fresh:
+            rec = run_tool(tool, path, os.path.join(work, tool), a.timeout, big)
+            rec["repeat"] = rep
+            runs.append(rec)
+            print(f"  [{rep}] {tool:18s} {rec['status'][:70]:30s} {rec['wall_s']:7.2f} s "
+                  f"{(rec.get('peak_rss') or 0) / _util.MB:7.0f} MB", file=sys.stderr)
+            if big and rep == repeats - 1 and rec["status"] == "ok":
+                # One result at a time: a few GB each, evaluated and deleted.
+                out = os.path.join(work, tool)
+                ev = run_evaluation(path, {tool: os.path.join(out, "model.onnx")}, example, a, work, False)
+                evaluation.update(ev if "error" not in ev else {tool: {"check": ev["error"]}})
+                if not a.keep_outputs:
+                    shutil.rmtree(out, ignore_errors=True)
+    last = runs[-len(fresh):] if fresh else []
+    results = {t: os.path.join(work, t, "model.onnx") for t in fresh
+               if any(r["tool"] == t and r["status"] == "ok" for r in last)}
+    problems, kept = {}, {}
+    for tool, r in reused.items():
+        if r.get("status", "").startswith("ok"):
+            problems[tool] = _reuse.usable_output(r, earlier.output(name, tool))
+            if problems[tool] is None:
+                kept[tool] = earlier.output(name, tool)
+            else:
+                print(f"  [earlier] {tool}: {problems[tool]}", file=sys.stderr)
+    if big:
+        for tool, out in kept.items():  # as the fresh ones: one at a time; the earlier run's files stay
+            ev = run_evaluation(path, {tool: out}, example, a, work, False)
+            evaluation.update(ev if "error" not in ev else {tool: {"check": ev["error"]}})
+    # In column order, reused and fresh side by side: their latencies are measured in the same rounds.
+    results = {t: results.get(t) or kept[t] for t in tools if t in results or t in kept}
+    ev = run_evaluation(path, {} if big else results, example, a, work)
+    if "error" in ev:
+        print(f"  evaluation: {ev['error']}", file=sys.stderr)
+    evaluation.update(ev)
+    rows = summarize_model(runs, evaluation, tools, model_bytes)
+    for t in tools:
+        if t in reused:
+            rows[t] = _reuse.reused_row(reused[t], evaluation.get(t, {}), earlier.output(name, t), problems.get(t))
+        elif t not in present:
+            rows[t] = {"status": "not installed"}
+    if not a.keep_outputs:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"path": path, "model_bytes": model_bytes, "sha256": sha256, "big": big, "rows": rows, "runs": runs,
+            "reused_tools": list(reused), "evaluation_error": evaluation.get("error")}
+
+
+def write_json(doc: dict, path: str) -> None:
+    """Atomically: a reader (or a run killed while writing) never sees half a file."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
 # ---------------------------------------------------------------- driver
 
 
 def _models(a) -> list:
-    """[(name, path, example inputs, big)] in the order asked."""
+    """[(name, absolute path, example inputs, big, sha256 or None)] in the order asked. Absolute:
+    the tools run in their output folders."""
     out = []
     names = [n.strip() for n in a.models.split(",") if n.strip()] if a.models else [e.name for e in zoo.ENTRIES]
     if names == ["none"]:  # only the --big ones
@@ -276,12 +356,13 @@ def _models(a) -> list:
             if n not in zoo_names or not os.path.exists(zoo.model_path(n, a.zoo)):
                 continue
             meta = zoo.load_meta(n, a.zoo) or {}
-            out.append((n, zoo.model_path(n, a.zoo), meta.get("example_inputs", {}), False))
+            out.append((n, os.path.abspath(zoo.model_path(n, a.zoo)), meta.get("example_inputs", {}), False,
+                        meta.get("sha256")))
         else:
-            out.append((os.path.splitext(os.path.basename(n))[0], os.path.abspath(n), {}, False))
+            out.append((os.path.splitext(os.path.basename(n))[0], os.path.abspath(n), {}, False, None))
     for p in a.big or []:
         name = "big:" + os.path.basename(os.path.dirname(os.path.abspath(p)))
-        out.append((name, os.path.abspath(p), {}, True))
+        out.append((name, os.path.abspath(p), {}, True, None))
     return out
 
 
@@ -329,6 +410,23 @@ def judge(doc: dict) -> None:
     doc["goals"] = _goals.goals(doc["summary"], levels)
 
 
+def _earlier(a, ap) -> "_reuse.Earlier":
+    if a.reuse_work and not os.path.isdir(a.reuse_work):
+        ap.error(f"--reuse-work {a.reuse_work}: not a folder")
+    try:
+        earlier = _reuse.Earlier(a.reuse, a.reuse_work)
+    except (OSError, ValueError) as e:
+        ap.error(f"--reuse {a.reuse}: {e}")
+    mine, theirs = os.path.realpath(a.work), os.path.realpath(earlier.work)
+    if os.path.commonpath([mine, theirs]) in (mine, theirs):
+        # This run empties WORK/MODEL before each model: it would delete what it reuses.
+        ap.error(f"--work {a.work} and the earlier run's outputs ({earlier.work}) overlap; give another --work")
+    if not earlier.kept:
+        print(f"--reuse {a.reuse}: that run did not keep its outputs (--keep-outputs); their rows will say "
+              "'no output' (--reuse-work DIR if they are elsewhere)", file=sys.stderr)
+    return earlier
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", help="comma-separated zoo entries or ONNX paths (default: the whole zoo; "
@@ -361,6 +459,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-build", action="store_true", help="do not export missing zoo entries; skip them")
     ap.add_argument("--work", default=DEFAULT_WORK, help="tool outputs go here (deleted per model)")
     ap.add_argument("--keep-outputs", action="store_true")
+    ap.add_argument("--reuse", metavar="JSON",
+                    help="an earlier run's --json: the peers with a row there are not run again; their status, "
+                         "time, peak RSS and node counts come from it, their kept outputs (--keep-outputs) are "
+                         "checked and timed in this run beside the fresh results")
+    ap.add_argument("--reuse-work", metavar="DIR",
+                    help="where that run kept its outputs (default: its --work, as its JSON records it)")
     ap.add_argument("--width", type=int, help="table width (default: the terminal's, 220 when not a terminal)")
     ap.add_argument("--render", metavar="JSON", help="print the tables of an earlier run's --json and exit")
     ap.add_argument("--tool-worker", nargs=3, metavar=("TOOL", "IN", "OUT"), help=argparse.SUPPRESS)
@@ -387,56 +491,26 @@ def main(argv=None) -> int:
     for t in tools:
         if t not in present:
             print(f"{t}: not installed", file=sys.stderr)
+    earlier = _earlier(a, ap) if a.reuse else None
     models = _models(a)
     doc = {"environment": {**_util.environment(), **_versions(tools), "loadavg_start": os.getloadavg()[0]},
            "args": vars(a), "tools": tools, "tool_commands": {t: TOOLS[t][1] for t in tools},
            "not_installed": [t for t in tools if t not in present], "latency_setup": _evaluate.LATENCY_SETUP,
-           "models": {}}
+           "models": {}, "complete": False}
     a.work = os.path.abspath(a.work)  # the tools run with their output folder as working directory
     os.makedirs(a.work, exist_ok=True)
-    for name, path, example, big in models:
-        model_bytes = _evaluate.model_bytes(path)
-        work = os.path.join(a.work, name.replace(":", "_"))
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-        runs, evaluation = [], {}
-        print(f"{name} ({model_bytes / 1e6:.0f} MB)", file=sys.stderr)
-        repeats = a.big_repeats if big else a.repeats
-        for rep in range(repeats):
-            for tool in present:
-                rec = run_tool(tool, path, os.path.join(work, tool), a.timeout, big)
-                rec["repeat"] = rep
-                runs.append(rec)
-                print(f"  [{rep}] {tool:18s} {rec['status'][:70]:30s} {rec['wall_s']:7.2f} s "
-                      f"{(rec.get('peak_rss') or 0) / _util.MB:7.0f} MB", file=sys.stderr)
-                if big and rep == repeats - 1 and rec["status"] == "ok":
-                    # One result at a time: a few GB each, evaluated and deleted.
-                    out = os.path.join(work, tool)
-                    ev = run_evaluation(path, {tool: os.path.join(out, "model.onnx")}, example, a, work, False)
-                    evaluation.update(ev if "error" not in ev else {tool: {"check": ev["error"]}})
-                    if not a.keep_outputs:
-                        shutil.rmtree(out, ignore_errors=True)
-        results = {t: os.path.join(work, t, "model.onnx") for t in present
-                   if any(r["tool"] == t and r["status"] == "ok" for r in runs[-len(present):])}
-        ev = run_evaluation(path, {} if big else results, example, a, work)
-        if "error" in ev:
-            print(f"  evaluation: {ev['error']}", file=sys.stderr)
-        evaluation.update(ev)
-        rows = summarize_model(runs, evaluation, tools, model_bytes)
-        for t in tools:
-            if t not in present:
-                rows[t] = {"status": "not installed"}
-        doc["models"][name] = {"path": path, "model_bytes": model_bytes, "big": big, "rows": rows,
-                               "runs": runs,
-                               "evaluation_error": evaluation.get("error")}
-        if not a.keep_outputs:
-            shutil.rmtree(work, ignore_errors=True)
-    judge(doc)
-    doc["total_s"] = time.perf_counter() - t_start
+    if earlier:
+        doc["reused"] = earlier.summary()
+    for name, path, example, big, sha256 in models:
+        doc["models"][name] = run_model(name, path, example, big, sha256, tools, present, a, earlier)
+        # After each model: a long run that is interrupted keeps what it measured.
+        judge(doc)
+        doc["total_s"] = time.perf_counter() - t_start
+        if a.json:
+            write_json(doc, a.json)
+    doc["complete"] = True
     if a.json:
-        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump(doc, f, indent=1, default=str)
+        write_json(doc, a.json)
     print(_report.header(doc))
     _report.render(doc, a.width or (None if sys.stdout.isatty() else 220))
     print(f"total {doc['total_s'] / 60:.1f} min" + (f"; JSON: {a.json}" if a.json else ""))

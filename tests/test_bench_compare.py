@@ -2,8 +2,10 @@
 goals' verdicts, and the evaluation's counts and latency runs."""
 
 import io
+import json
 import math
 import os
+import shutil
 import sys
 
 import onnx
@@ -16,6 +18,7 @@ sys.path.insert(0, BENCH)
 import _evaluate  # noqa: E402
 import _goals  # noqa: E402
 import _report  # noqa: E402
+import _reuse  # noqa: E402
 import compare  # noqa: E402
 
 INF = float("inf")
@@ -252,3 +255,125 @@ def test_latency_interleaved_and_one_by_one(two_models):
             assert 0 < res[t]["min_ms"] <= res[t]["p25_ms"] <= res[t]["ms"] <= res[t]["p75_ms"]
     assert side["a"]["clock"] == "cpu" and side["a"]["ms"] == side["a"]["cpu_ms"]
     assert wall["a"]["clock"] == "wall" and wall["a"]["ms"] == wall["a"]["wall_ms"]
+
+
+# ---------------------------------------------------------------- --reuse: peers from an earlier run
+
+WRONG = SMALL.replace("Relu", "Neg")
+
+
+def _save(text: str, path) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    onnx.save(onnx.parser.parse_model(text), str(path))
+    return str(path)
+
+
+@pytest.fixture
+def earlier_run(tmp_path):
+    """A model `tiny` and an earlier run's JSON with its kept outputs: onnxsim right, onnxslim wrong
+    (the JSON says ok: the check must be this run's), onnxoptimizer's output gone, polygraphy crashed,
+    and a pyonnxopt row that must not be reused."""
+    model = _save(SMALL, tmp_path / "tiny.onnx")
+    work = tmp_path / "earlier"
+    outs = {"onnxsim": _save(SMALL, work / "tiny" / "onnxsim" / "model.onnx"),
+            "onnxslim": _save(WRONG, work / "tiny" / "onnxslim" / "model.onnx")}
+    old = {"status": "ok", "wall_s": 3.0, "peak_rss": 100 << 20, "nodes": 2, "transposes": 1, "check": "ok",
+           "latency": {"disable": lat(99.0)}}
+    rows = {t: dict(old, output_bytes=_evaluate.model_bytes(p)) for t, p in outs.items()}
+    rows["onnxslim"]["wall_s"] = 4.0
+    rows["onnxoptimizer"] = dict(old, output_bytes=123)
+    rows["polygraphy"] = {"status": "crash: boom", "wall_s": None}
+    rows["pyonnxopt-nocheck"] = dict(old, wall_s=0.1)
+    doc = {"args": {"work": str(work), "keep_outputs": True}, "environment": {"loadavg_start": 1.5},
+           "models": {"tiny": {"model_bytes": _evaluate.model_bytes(model), "rows": rows}}}
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps(doc))
+    return {"model": model, "json": str(path), "work": str(work), "tmp": tmp_path}
+
+
+def _fake_run_tool(calls, json_path):
+    """run_tool without a tool: the input copied as the output; checks the JSON written so far."""
+    def run(tool, src, out_dir, timeout_s, big):
+        if os.path.exists(json_path):
+            with open(json_path) as f:
+                doc = json.load(f)
+            calls.append((tool, sorted(doc["models"]), doc["complete"]))
+        else:
+            calls.append((tool, [], None))
+        os.makedirs(out_dir, exist_ok=True)
+        shutil.copy(src, os.path.join(out_dir, "model.onnx"))
+        return {"tool": tool, "status": "ok", "wall_s": 1.0, "peak_rss": 50 << 20, "loadavg_1min": 1.0,
+                "output_bytes": os.path.getsize(src)}
+    return run
+
+
+def test_reuse_takes_the_earlier_optimization_and_measures_check_and_latency_anew(earlier_run, monkeypatch, capsys):
+    tmp = earlier_run["tmp"]
+    other = shutil.copy(earlier_run["model"], tmp / "other.onnx")  # not in the earlier run: every tool runs
+    out_json = str(tmp / "now.json")
+    calls = []
+    monkeypatch.setattr(compare, "run_tool", _fake_run_tool(calls, out_json))
+    tools = "pyonnxopt-nocheck,onnxsim,onnxslim,onnxoptimizer,polygraphy,ort-basic"
+    assert compare.main(["--models", f"{earlier_run['model']},{other}", "--tools", tools, "--reuse",
+                         earlier_run["json"], "--repeats", "1", "--latency-runs", "3", "--latency-level", "disable",
+                         "--work", str(tmp / "now"), "--json", out_json, "--width", "400"]) == 0
+    # tiny: only pyonnxopt and the tool without an earlier row ran; other: all of them, after tiny's JSON was written
+    assert calls[:2] == [("pyonnxopt-nocheck", [], None), ("ort-basic", [], None)]
+    assert [t for t, _, _ in calls[2:]] == tools.split(",")
+    assert {(tuple(m), done) for _, m, done in calls[2:]} == {(("tiny",), False)}
+    with open(out_json) as f:
+        doc = json.load(f)
+    assert doc["complete"] is True and doc["reused"]["json"] == earlier_run["json"]
+    rows = doc["models"]["tiny"]["rows"]
+    assert doc["models"]["tiny"]["reused_tools"] == ["onnxsim", "onnxslim", "onnxoptimizer", "polygraphy"]
+    sim = rows["onnxsim"]
+    assert sim["reused"] is True and (sim["wall_s"], sim["peak_rss"], sim["nodes"]) == (3.0, 100 << 20, 2)
+    assert sim["check"] == "ok" and sim["output"] == os.path.join(earlier_run["work"], "tiny", "onnxsim", "model.onnx")
+    # measured in this run, in the same rounds as the fresh results
+    assert sim["latency"]["disable"]["runs"] == 3 and sim["latency"]["disable"]["ms"] != 99.0
+    assert sim["latency"]["disable"]["order"] == rows["pyonnxopt-nocheck"]["latency"]["disable"]["order"]
+    assert rows["onnxslim"]["check"] == "wrong"
+    assert rows["onnxoptimizer"]["check"] == "no output" and "gone" in rows["onnxoptimizer"]["detail"]
+    assert rows["polygraphy"]["status"] == "crash: boom" and "check" not in rows["polygraphy"]
+    assert "reused" not in rows["pyonnxopt-nocheck"] and rows["pyonnxopt-nocheck"]["wall_s"] == 1.0
+    assert "reused" not in rows["ort-basic"] and doc["models"]["other"]["reused_tools"] == []
+    assert doc["models"]["tiny"]["ratios"]["pyonnxopt-nocheck"]["time_peers_reused"] == ["onnxsim", "onnxslim"]
+    assert doc["models"]["other"]["ratios"]["pyonnxopt-nocheck"]["time_peers_reused"] == []
+    goal = _goal(doc, "pyonnxopt-nocheck", "optimize time")
+    assert "peer times from an earlier run on 1 of them (tiny)" in goal["detail"]
+    text = capsys.readouterr().out
+    assert "from an earlier run" in text and "onnxsim ^" in text and "unfinished" not in text
+
+
+def test_reuse_only_the_same_model_and_never_pyonnxopt(earlier_run):
+    earlier = _reuse.Earlier(earlier_run["json"])
+    size = _evaluate.model_bytes(earlier_run["model"])
+    assert earlier.row("tiny", "onnxsim", size, None)["wall_s"] == 3.0
+    assert earlier.row("tiny", "onnxsim", size + 1, None) is None  # another export of the model
+    assert earlier.row("tiny", "pyonnxopt-nocheck", size, None) is None
+    assert earlier.row("tiny", "ort-basic", size, None) is None
+    assert earlier.row("other", "onnxsim", size, None) is None
+    other = _reuse.Earlier(earlier_run["json"], work=str(earlier_run["tmp"]))
+    assert other.output("big:x", "onnxsim") == os.path.join(str(earlier_run["tmp"]), "big_x", "onnxsim", "model.onnx")
+
+
+def test_reuse_refuses_to_work_where_the_earlier_outputs_lie(earlier_run, capsys):
+    with pytest.raises(SystemExit) as e:
+        compare.main(["--models", earlier_run["model"], "--reuse", earlier_run["json"], "--work", earlier_run["work"]])
+    assert e.value.code == 2 and "overlap" in capsys.readouterr().err
+
+
+def test_reused_output_overwritten_since_is_not_evaluated(earlier_run):
+    path = os.path.join(earlier_run["work"], "tiny", "onnxsim", "model.onnx")
+    assert _reuse.usable_output({"output_bytes": _evaluate.model_bytes(path)}, path) is None
+    assert "overwritten" in _reuse.usable_output({"output_bytes": 1}, path)
+
+
+def test_zoo_paths_are_absolute_when_the_zoo_is_given_relative(tmp_path, monkeypatch):
+    """The tools run in their output folders: a relative --zoo once made every tool miss its input."""
+    _save(SMALL, tmp_path / "zoo" / "resnet50" / "model.onnx")
+    (tmp_path / "zoo" / "resnet50" / "meta.json").write_text(json.dumps({"sha256": "abc", "example_inputs": {}}))
+    monkeypatch.chdir(tmp_path)
+    a = compare.argparse.Namespace(models="resnet50", no_build=True, zoo="zoo", big=None)
+    ((name, path, _, big, sha256),) = compare._models(a)
+    assert (name, path, big, sha256) == ("resnet50", str(tmp_path / "zoo" / "resnet50" / "model.onnx"), False, "abc")
