@@ -35,37 +35,56 @@ def run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
     opset = opset_of(model, None)
     if opset < rule.min_opset:
         return PassResult(False, stats)
-    pattern, names = compile_pattern(rule.pattern(opset), opset)
+    variants = rule.pattern(opset)
+    if not isinstance(variants, (list, tuple)):
+        variants = [variants]
+    compiled = [compile_pattern(v, opset) for v in variants]
     for graph in _graphs(model):
-        found, near = graph.match(pattern)
-        for anchor, why in near:
-            stats["near_misses"].append(f"{node_id(anchor)}: {why}")
-        touched: set = set()
-        for bound in found:
-            nodes = [b for b in bound if hasattr(b, "op_type")]
-            if any(n.removed or n in touched for n in nodes):
-                continue  # an earlier rewrite changed this spot; the next iteration sees it anew
-            m = Match(model, graph, names, bound, opset, options)
-            why = rule.check(m)
-            if why is None:
-                ids = [node_id(n) for n in nodes]
-                edit = Edit(m)
-                why = rule.rewrite(m, edit)
-            if why is not None:
-                stats["near_misses"].append(f"{node_id(m.root)}: {why}")
-                continue
-            touched.update(nodes)
-            touched.update(edit.added)
-            _remove_unread(graph, nodes)
-            consumed = [i for i, n in zip(ids, nodes) if n.removed]
-            stats["nodes_removed"] += len(consumed)
-            stats["nodes_added"] += len(edit.added)
-            stats["rewrites"].append({"what": rule.name, "consumed": consumed,
-                                      "produced": [node_id(n) for n in edit.added]})
-    near = stats["near_misses"]
+        closest: dict = {}  # root-type node no variant matched -> (elements bound, why)
+        matched: set = set()
+        for pattern, names in compiled:
+            found, near = graph.match(pattern)
+            for anchor, why, depth in near:
+                if depth > closest.get(anchor, (-1, ""))[0]:
+                    closest[anchor] = (depth, why)
+            touched: set = set()
+            for bound in found:
+                _apply(rule, model, graph, names, bound, opset, options, touched, matched, stats)
+        for anchor, (_, why) in closest.items():
+            if anchor not in matched:
+                stats["near_misses"].append(f"{node_id(anchor)}: {why}")
+    near = list(dict.fromkeys(stats["near_misses"]))  # overlapping variants refuse alike
     if len(near) > NEAR_MISSES_KEPT:
-        stats["near_misses"] = near[:NEAR_MISSES_KEPT] + [f"... and {len(near) - NEAR_MISSES_KEPT} more"]
+        near = near[:NEAR_MISSES_KEPT] + [f"... and {len(near) - NEAR_MISSES_KEPT} more"]
+    stats["near_misses"] = near
     return PassResult(bool(stats["rewrites"]), stats)
+
+
+def _apply(rule: Rule, model: Model, graph, names: list, bound: list, opset: int, options: PassOptions,
+           touched: set, matched: set, stats: dict) -> None:
+    """Checks and rewrites one match; `touched`: nodes this variant's earlier
+    rewrites consumed or made (their matches are stale)."""
+    nodes = [b for b in bound if hasattr(b, "op_type")]
+    if any(n.removed or n in touched for n in nodes):
+        return  # an earlier rewrite changed this spot; the next iteration sees it anew
+    m = Match(model, graph, names, bound, opset, options)
+    matched.add(m.root)
+    why = rule.check(m)
+    if why is None:
+        ids = [node_id(n) for n in nodes]
+        edit = Edit(m)
+        why = rule.rewrite(m, edit)
+    if why is not None:
+        stats["near_misses"].append(f"{node_id(m.root)}: {why}")
+        return
+    touched.update(nodes)
+    touched.update(edit.added)
+    _remove_unread(graph, nodes)
+    consumed = [i for i, n in zip(ids, nodes) if n.removed]
+    stats["nodes_removed"] += len(consumed)
+    stats["nodes_added"] += len(edit.added)
+    stats["rewrites"].append({"what": rule.name, "consumed": consumed,
+                              "produced": [node_id(n) for n in edit.added]})
 
 
 def _remove_unread(graph, nodes: list) -> None:

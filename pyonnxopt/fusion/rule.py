@@ -147,13 +147,14 @@ class Edit:
 
 
 class Rule(Pass):
-    """A fusion: `pattern(opset)` says where, `check` may refuse with a
-    reason, `rewrite` edits the graph (or returns a reason, having changed
+    """A fusion: `pattern(opset)` says where (one Op, or a list of variant
+    Ops tried in order: the same math as exporters spell it), `check` may
+    refuse with a reason, `rewrite` edits the graph (or returns a reason, having changed
     nothing). Matched nodes nobody reads afterwards are removed."""
 
     min_opset: int = 1  # the rule does not run below this default-domain opset
 
-    def pattern(self, opset: int) -> Op:
+    def pattern(self, opset: int):
         raise TypeError(f"{type(self).__name__} must define pattern()")
 
     def check(self, m: Match) -> Optional[str]:

@@ -189,3 +189,51 @@ def test_pattern_errors_are_plain():
         from pyonnxopt.fusion.pattern import compile_pattern
 
         compile_pattern(Op("Add", Var("x"), Var("x", dtype=np.float32)), 17)
+
+
+class ScaledRelu(Rule):
+    """Two spellings of one thing: Relu(x) * 2 and Relu(x) + Relu(x)."""
+
+    name = "test_variants"
+    description = "Relu(x)*2 or Relu(x)+Relu(x) -> Relu(x*2)"
+
+    def pattern(self, opset):
+        relu = Op("Relu", Var("x"), name="relu")
+        return [Op("Mul", Op("Relu", Var("x"), name="relu"), Const("two", value=2.0), name="root"),
+                Op("Add", relu, relu, name="root")]
+
+    def rewrite(self, m, edit):
+        (t,) = edit.node("Mul", [m["x"], edit.constant(np.array(2.0, np.float32), "two")])
+        edit.replace_root("Relu", [t])
+
+
+def test_variant_patterns_each_fire_and_the_closest_miss_is_reported():
+    text = """g (float[2] x) => (float[2] y, float[2] z, float[2] w) <float two = {2.0}, float three = {3.0}> {
+        a = Relu(x)
+        y = Mul(a, two)
+        b = Relu(x)
+        z = Add(b, b)
+        c = Exp(x)
+        w = Mul(c, three)
+    }"""
+    before = parse(text)
+    m, r = run(ScaledRelu(), text)
+    assert [rw["consumed"] for rw in r.stats["rewrites"]] == [["Mul->y", "Relu->a"], ["Add->z", "Relu->b"]]
+    # Only the Mul variant can root at Mul->w; it fails at its first input.
+    assert r.stats["near_misses"] == ["Mul->w: 'relu': 'Exp->c' is not Relu"]
+    x = np.array([-1.0, 2.0], np.float32)
+    for have, want in zip(outputs(m, {"x": x}), outputs(before, {"x": x})):
+        np.testing.assert_array_equal(have, want)
+
+
+def test_the_variant_that_bound_most_explains_the_miss():
+    class TwoMuls(ScaledRelu):
+        name = "test_closest"
+
+        def pattern(self, opset):
+            return [Op("Mul", Op("Exp", Var("x"), name="exp"), Const("two", value=2.0)),
+                    Op("Mul", Op("Relu", Var("x"), name="relu"), Const("two", value=2.0))]
+
+    m, r = run(TwoMuls(), """g (float[2] x) => (float[2] y) <float three = {3.0}> { a = Relu(x)  y = Mul(a, three) }""")
+    assert not r.modified
+    assert r.stats["near_misses"] == ["Mul->y: 'two': 'three' holds 3.000000, needs every element 2.000000"]
