@@ -74,6 +74,10 @@ class Match:
     def __getitem__(self, name: str):
         return self._by_name[name]
 
+    def __contains__(self, name: str) -> bool:
+        """Whether the matched variant has an element of this name."""
+        return name in self._by_name
+
     def array(self, name: str) -> np.ndarray:
         """A bound constant's data (read-only, no copy where possible)."""
         return self._by_name[name].initializer.numpy()

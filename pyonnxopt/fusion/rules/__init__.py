@@ -1,3 +1,8 @@
 """The built-in fusion rules, in the order the pipeline runs them."""
 
-BUILTIN_RULES: list = []
+from pyonnxopt.fusion.rules.fuse_gelu import FuseGelu
+
+BUILTIN_RULES: list = [
+    # Transformer blocks (norms first: their Add/Mul tails must not be taken by others).
+    FuseGelu(),
+]

@@ -1,0 +1,58 @@
+"""What a fusion may emit for each target.
+
+"onnx": standard ops only, and only at the opset the model imports (a rule
+never raises the opset: other nodes' meaning could change with it).
+"ort": onnxruntime's com.microsoft ops as well. onnxruntime also registers
+a few non-standard ops in the ONNX domain (LayerNormalization below opset
+17, SimplifiedLayerNormalization); we never emit those: onnx.checker
+rejects them, and every model we write passes it.
+
+Element types: only those onnxruntime's CPU provider runs the op for
+(tests/passes/test_fusion_targets.py keeps this table honest), so that the
+check against the original can always run.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from onnx import TensorProto
+
+MS_DOMAIN = "com.microsoft"
+
+_F32, _F16, _F64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE
+
+# (domain, op) -> element types onnxruntime 1.32's CPU provider runs.
+RUNS_ON_CPU = {
+    ("", "Gelu"): {_F32, _F16},
+    ("", "LayerNormalization"): {_F32, _F16, _F64},
+    ("", "RMSNormalization"): {_F32, _F16, _F64},
+    ("", "Attention"): {_F32, _F16, _F64},
+    (MS_DOMAIN, "Gelu"): {_F32, _F16},
+    (MS_DOMAIN, "FastGelu"): {_F32, _F16},
+    (MS_DOMAIN, "SkipLayerNormalization"): {_F32, _F16},
+    (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): {_F32, _F16},
+}
+
+# The first default-domain opset that has each standard op we emit.
+SINCE = {"Gelu": 20, "LayerNormalization": 17, "RMSNormalization": 23, "Attention": 23}
+
+
+def opset_reason(op: str, have: int) -> Optional[str]:
+    """None when the model's opset has `op`, else the refusal."""
+    need = SINCE[op]
+    return None if have >= need else f"{op} needs opset {need}; the model imports {have}"
+
+
+def dtype_reason(domain: str, op: str, dtype: int) -> Optional[str]:
+    """None when onnxruntime's CPU provider runs `op` for `dtype`, else the refusal."""
+    if dtype in RUNS_ON_CPU[(domain, op)]:
+        return None
+    name = TensorProto.DataType.Name(dtype) if dtype else "an unknown element type"
+    return f"{(domain + '.') if domain else ''}{op} on {name.lower()}: onnxruntime's CPU provider has no kernel"
+
+
+def import_ms_domain(model) -> None:
+    """The model imports com.microsoft (version 1, the only one) for the op just emitted."""
+    if MS_DOMAIN not in model.opset_imports:
+        model._core.set_opset_import(MS_DOMAIN, 1)
