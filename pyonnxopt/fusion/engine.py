@@ -11,6 +11,7 @@ from pyonnxopt.passes.base import PassOptions, PassResult
 
 
 NEAR_MISSES_KEPT = 200  # per rule and run: enough to explain, bounded on huge graphs
+ROUNDS = 8  # per variant: a match an earlier rewrite made stale is matched again, up to this many times
 
 
 def _graphs(model: Model) -> list:
@@ -43,13 +44,18 @@ def run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
         closest: dict = {}  # root-type node no variant matched -> (elements bound, why)
         matched: set = set()
         for pattern, names in compiled:
-            found, near = graph.match(pattern)
-            for anchor, why, depth in near:
-                if depth > closest.get(anchor, (-1, ""))[0]:
-                    closest[anchor] = (depth, why)
-            touched: set = set()
-            for bound in found:
-                _apply(rule, model, graph, names, bound, opset, options, touched, matched, stats)
+            # Again while an earlier rewrite made a match stale: the larger
+            # variants (tried first) then still win where they apply.
+            for _ in range(ROUNDS):
+                found, near = graph.match(pattern)
+                for anchor, why, depth in near:
+                    if depth > closest.get(anchor, (-1, ""))[0]:
+                        closest[anchor] = (depth, why)
+                touched: set = set()
+                stale = [_apply(rule, model, graph, names, bound, opset, options, touched, matched, stats)
+                         for bound in found].count(False)
+                if not stale:
+                    break
         for anchor, (_, why) in closest.items():
             if anchor not in matched:
                 stats["near_misses"].append(f"{node_id(anchor)}: {why}")
@@ -61,12 +67,14 @@ def run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
 
 
 def _apply(rule: Rule, model: Model, graph, names: list, bound: list, opset: int, options: PassOptions,
-           touched: set, matched: set, stats: dict) -> None:
-    """Checks and rewrites one match; `touched`: nodes this variant's earlier
-    rewrites consumed or made (their matches are stale)."""
+           touched: set, matched: set, stats: dict) -> bool:
+    """Checks and rewrites one match; `touched`: nodes this round's earlier
+    rewrites consumed or made. False when the match was stale (an earlier
+    rewrite changed its nodes or values)."""
     nodes = [b for b in bound if hasattr(b, "op_type")]
-    if any(n.removed or n in touched for n in nodes):
-        return  # an earlier rewrite changed this spot; the next iteration sees it anew
+    values = [b for b in bound if b is not None and not hasattr(b, "op_type")]
+    if any(n.removed or n in touched for n in nodes) or any(_dropped(v) for v in values):
+        return False
     m = Match(model, graph, names, bound, opset, options)
     matched.add(m.root)
     why = rule.check(m)
@@ -76,7 +84,7 @@ def _apply(rule: Rule, model: Model, graph, names: list, bound: list, opset: int
         why = rule.rewrite(m, edit)
     if why is not None:
         stats["near_misses"].append(f"{node_id(m.root)}: {why}")
-        return
+        return True
     touched.update(nodes)
     touched.update(edit.added)
     _remove_unread(graph, nodes)
@@ -85,6 +93,12 @@ def _apply(rule: Rule, model: Model, graph, names: list, bound: list, opset: int
     stats["nodes_added"] += len(edit.added)
     stats["rewrites"].append({"what": rule.name, "consumed": consumed,
                               "produced": [node_id(n) for n in edit.added]})
+    return True
+
+
+def _dropped(v) -> bool:
+    """A value an earlier rewrite replaced: its producer is gone."""
+    return v.producer is None and not v.is_graph_input and v.initializer is None
 
 
 def _remove_unread(graph, nodes: list) -> None:

@@ -111,15 +111,31 @@ class Edit:
         return self.graph.add_initializer(self.graph.unique_name(hint), dtype, list(array.shape), array.tobytes())
 
     def node(self, op_type: str, inputs: list, attrs: Optional[dict] = None, *, domain: str = "",
-             outputs: int = 1, hint: str = "") -> list:
-        """A new node before the root; returns its output values."""
+             outputs: int = 1, hint: str = "", before: Optional[Node] = None, omitted: tuple = ()) -> list:
+        """A new node before the root (or `before`, a matched node whose
+        inputs the new node reads); returns its output values (None at the
+        `omitted` output indices, left empty)."""
         hint = hint or f"{node_id(self._m.root)}_{op_type}"
-        names = [self.graph.unique_name(f"{hint}_out{i}" if outputs > 1 else hint) for i in range(outputs)]
+        names = ["" if i in omitted else self.graph.unique_name(f"{hint}_out{i}" if outputs > 1 else hint)
+                 for i in range(outputs)]
         n = self.graph.add_node(op_type, inputs, names, name=self.graph.unique_name(hint), domain=domain,
-                                before=self._m.root)
+                                before=before or self._m.root)
         self._set_attrs(n, attrs)
         self.added.append(n)
         return list(n.outputs)
+
+    def replace_value(self, old: Value, new: Value) -> None:
+        """Readers of `old` (a matched node's output) read `new` (an output
+        of a node made here, defined before them) instead, and `new` takes
+        `old`'s name and stated type: a graph output keeps its name, and the
+        rules after this one still see the shape (shape inference may not
+        know a com.microsoft op). `old`'s node goes once nothing reads it."""
+        name, type_proto = old.name, old.type_proto
+        old.name = self.graph.unique_name(f"{name}_replaced")
+        self.graph.replace_all_uses(old, new)
+        new.name = name
+        if type_proto is not None and new.type_proto is None:
+            self.graph.set_value_type(new, type_proto)
 
     def replace_root(self, op_type: str, inputs: list, attrs: Optional[dict] = None, *, domain: str = "",
                      copy_attrs_from: Optional[Node] = None) -> Node:

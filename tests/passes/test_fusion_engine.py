@@ -237,3 +237,34 @@ def test_the_variant_that_bound_most_explains_the_miss():
     m, r = run(TwoMuls(), """g (float[2] x) => (float[2] y) <float three = {3.0}> { a = Relu(x)  y = Mul(a, three) }""")
     assert not r.modified
     assert r.stats["near_misses"] == ["Mul->y: 'two': 'three' holds 3.000000, needs every element 2.000000"]
+
+
+class NegAbs(Rule):
+    """Abs(Neg(x)) -> Abs(x), made with edit.node + edit.replace_value."""
+
+    name = "test_replace_value"
+    description = "Abs(Neg(x)) -> Abs(x)"
+
+    def pattern(self, opset):
+        return Op("Abs", Op("Neg", Var("x"), name="neg"), name="abs")
+
+    def rewrite(self, m, edit):
+        (t,) = edit.node("Abs", [m["x"]], before=m["neg"])
+        edit.replace_value(m.root.outputs[0], t)
+
+
+def test_replace_value_keeps_names_and_types_and_stale_matches_are_matched_again():
+    text = """g (float[2] x) => (float[2] z, float[2] y) { a = Neg(x)  y = Abs(a)  b = Neg(y)  c = Abs(b)  z = Relu(c) }"""
+    before = parse(text)
+    m = pyonnxopt.load(before)
+    passes.get("infer_shapes").run(m)
+    r = NegAbs().run(m)
+    assert m.check_invariants() == []
+    # The second match read y, which the first rewrite replaced: it is matched
+    # again in a second round, not left for the next pipeline iteration.
+    assert structure(m) == [("Abs", ["x"], ["y"]), ("Abs", ["y"], ["c"]), ("Relu", ["c"], ["z"])]
+    assert len(r.stats["rewrites"]) == 2
+    assert m.graph.value("c").type["shape"] == [2]  # the replaced value's stated type stays
+    x = np.array([-1.0, 2.0], np.float32)
+    for have, want in zip(outputs(m, {"x": x}), outputs(before, {"x": x})):
+        np.testing.assert_array_equal(have, want)
