@@ -18,6 +18,8 @@ from typing import Optional
 
 from onnx import TensorProto
 
+from pyonnxopt.fusion.values import same_dim
+
 MS_DOMAIN = "com.microsoft"
 
 _F32, _F16, _F64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE
@@ -50,6 +52,22 @@ def dtype_reason(domain: str, op: str, dtype: int) -> Optional[str]:
         return None
     name = TensorProto.DataType.Name(dtype) if dtype else "an unknown element type"
     return f"{(domain + '.') if domain else ''}{op} on {name.lower()}: onnxruntime's CPU provider has no kernel"
+
+
+def fits_skip_contract(inp: Optional[list], skip: Optional[list], total: Optional[list]) -> bool:
+    """onnxruntime's Skip*LayerNormalization shapes, provably (dims as
+    values.dims gives them: equal ints or equal symbols): input [B, S, H]
+    or [T, H] with the sum's shape; skip of input's shape, or [1, S, H] or
+    [S, H] for a 3-d input. Anything else onnxruntime rejects at run time."""
+    if inp is None or skip is None or total is None or len(inp) not in (2, 3) or len(total) != len(inp):
+        return False
+    if not all(same_dim(i, t) for i, t in zip(inp, total)):
+        return False
+    if len(skip) == len(inp) and all(same_dim(s, i) for s, i in zip(skip, inp)):
+        return True
+    if len(inp) == 3 and (len(skip) == 2 or (len(skip) == 3 and skip[0] == 1)):
+        return all(same_dim(s, i) for s, i in zip(skip[-2:], inp[1:]))
+    return False
 
 
 def import_ms_domain(model) -> None:

@@ -27,8 +27,9 @@ from typing import Optional
 
 from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
-from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain
-from pyonnxopt.fusion.values import dims, same_dim
+from pyonnxopt.fusion.rules.normalization import emit_skip_norm
+from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, fits_skip_contract
+from pyonnxopt.fusion.values import dims
 from pyonnxopt.model import Model
 from pyonnxopt.passes.base import PassOptions, PassResult
 
@@ -38,21 +39,6 @@ def _pattern(with_bias: bool) -> Op:
     residual = Op("Add", a, Var("b"), name="residual", commutative=True, exclusive=False)
     return Op("LayerNormalization", residual, Const("gamma"), Const("beta", optional=True),
               name="norm", attrs={"stash_type": 1})
-
-
-def _fits(inp: Optional[list], skip: Optional[list], total: Optional[list]) -> bool:
-    """onnxruntime's shape contract, provably (ints or equal symbols)."""
-    if inp is None or skip is None or total is None or len(inp) not in (2, 3) or len(total) != len(inp):
-        return False
-    if not all(same_dim(i, t) for i, t in zip(inp, total)):
-        return False
-    if len(skip) == len(inp) and all(same_dim(s, i) for s, i in zip(skip, inp)):
-        return True
-    if len(inp) == 3:
-        tail = skip[-2:] if len(skip) in (2, 3) else None
-        lead_ok = len(skip) == 2 or skip[0] == 1
-        return tail is not None and lead_ok and all(same_dim(s, i) for s, i in zip(tail, inp[1:]))
-    return False
 
 
 class FuseSkipLayerNormalization(Rule):
@@ -90,23 +76,13 @@ class FuseSkipLayerNormalization(Rule):
     def _order(m: Match, total: list) -> Optional[tuple]:
         """(input, skip) as bound names, or None when neither order fits."""
         for inp, skip in (("a", "b"), ("b", "a")):
-            if _fits(dims(m[inp]), dims(m[skip]), total) and isinstance(total[-1], int):
+            if fits_skip_contract(dims(m[inp]), dims(m[skip]), total) and isinstance(total[-1], int):
                 return inp, skip
         return None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        norm, residual = m["norm"], m["residual"]
-        inp, skip = self._order(m, dims(residual.outputs[0]))
+        inp, skip = self._order(m, dims(m["residual"].outputs[0]))
         inputs = [m[inp], m[skip], m["gamma"], m["beta"], m["bias"] if "bias" in m else None]
-        while inputs[-1] is None:
-            inputs.pop()
-        eps = norm.attributes.get("epsilon", 1e-5)
-        total = residual.outputs[0]
-        read_elsewhere = total.is_graph_output or any(n != norm for n, _ in total.uses)
-        import_ms_domain(m.model)
-        outs = edit.node("SkipLayerNormalization", inputs, {"epsilon": float(eps)}, domain=MS_DOMAIN,
-                         outputs=4 if read_elsewhere else 1, omitted=(1, 2), before=residual)
-        edit.replace_value(norm.outputs[0], outs[0])
-        if read_elsewhere:
-            edit.replace_value(total, outs[3])
+        eps = m["norm"].attributes.get("epsilon", 1e-5)
+        emit_skip_norm(m, edit, "SkipLayerNormalization", inputs, eps, m["residual"], m["norm"].outputs[0])
         return None

@@ -112,3 +112,22 @@ def check_affine(m: Match, k: int, *names: str) -> Optional[str]:
         if any(r not in (1, d) for r, d in zip(reversed(rest), reversed(dims))):
             return f"'{m[name].name}' with shape {shape} does not broadcast to {dims}"
     return None
+
+
+def emit_skip_norm(m: Match, edit: Edit, op: str, inputs: list, eps: float, residual, norm_output) -> None:
+    """An onnxruntime Skip*LayerNormalization in place of `residual` (the Add
+    of input and skip) and the normalization ending in `norm_output`; the
+    sum is its fourth output when something else reads it."""
+    from pyonnxopt.fusion.targets import MS_DOMAIN, import_ms_domain
+
+    total = residual.outputs[0]
+    inside = set(m.nodes)
+    read_elsewhere = total.is_graph_output or any(n not in inside for n, _ in total.uses)
+    while inputs[-1] is None:
+        inputs = inputs[:-1]
+    import_ms_domain(m.model)
+    outs = edit.node(op, inputs, {"epsilon": float(eps)}, domain=MS_DOMAIN, outputs=4 if read_elsewhere else 1,
+                     omitted=(1, 2), before=residual)
+    edit.replace_value(norm_output, outs[0])
+    if read_elsewhere:
+        edit.replace_value(total, outs[3])
