@@ -1,5 +1,6 @@
 """The built-in fusion rules, in the order the pipeline runs them."""
 
+from pyonnxopt.fusion.rules.fuse_attention import FuseAttention
 from pyonnxopt.fusion.rules.fuse_gelu import FuseGelu
 from pyonnxopt.fusion.rules.fuse_layer_normalization import FuseLayerNormalization
 from pyonnxopt.fusion.rules.fuse_rms_normalization import FuseRmsNormalization
@@ -11,4 +12,5 @@ BUILTIN_RULES: list = [
     FuseSkipLayerNormalization(),
     FuseRmsNormalization(),
     FuseGelu(),
+    FuseAttention(),
 ]
