@@ -155,3 +155,48 @@ def test_torch_layer_norm_below_opset_17_stays():
 
     m, report = optimized(export(torch.nn.LayerNorm(8), (torch.randn(2, 5, 8),), 16), target="ort")
     assert "LayerNormalization" not in ops(m) and np.isclose(report["check"]["max_abs_diff"], 0, atol=1e-6)
+
+
+RESIDUAL = """g (float[2,5,8] h, float[2,5,8] s) => (float[2,5,8] y{outs}) <{consts}> {{
+    x = Add(h, s)
+    mean = ReduceMean <axes = [-1]> (x)  d = Sub(x, mean)  sq = Pow(d, two)  var = ReduceMean <axes = [-1]> (sq)
+    ve = Add(var, eps)  std = Sqrt(ve)  n = Div(d, std)  t = Mul(n, scale)  y = Add(t, bias)  {extra}
+}}"""
+WEIGHTS = f"{CONSTS}, float[8] scale = {{1,2,3,4,5,6,7,8}}, float[8] bias = {{1,0,1,0,1,0,1,0}}"
+
+
+def test_target_ort_below_17_residual_becomes_skip_layer_normalization():
+    m, r, original = fuse("fuse_layer_normalization", RESIDUAL.format(outs="", consts=WEIGHTS, extra=""), opset=14,
+                          target="ort")
+    assert structure(m) == [("SkipLayerNormalization", ["h", "s", "scale", "bias"], ["y"])]
+    assert m.graph.nodes[0].domain == "com.microsoft"
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_target_ort_below_17_residual_read_elsewhere_is_the_fourth_output():
+    text = RESIDUAL.format(outs=", float[2,5,8] z", consts=WEIGHTS, extra="z = Add(x, y)")
+    m, r, original = fuse("fuse_layer_normalization", text, opset=14, target="ort")
+    assert structure(m) == [("SkipLayerNormalization", ["h", "s", "scale", "bias"], ["y", "", "", "x"]),
+                            ("Add", ["x", "y"], ["z"])]
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_target_onnx_below_17_residual_refuses_with_the_opset():
+    m, r, _ = fuse("fuse_layer_normalization", RESIDUAL.format(outs="", consts=WEIGHTS, extra=""), opset=14)
+    assert not r.modified and "Add->y: LayerNormalization needs opset 17; the model imports 14" in r.stats["near_misses"]
+
+
+def test_torch_encoder_layer_at_opset_14_for_ort():
+    import torch
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu", batch_first=True)
+
+        def forward(self, x):
+            return self.layer(x)
+
+    m, report = optimized(export(Encoder(), (torch.randn(2, 5, 16),), 14), target="ort")
+    assert ops(m).count("SkipLayerNormalization") == 2 and "ReduceMean" not in ops(m)
+    assert ops(m).count("Gelu") == 1 and report["check"]["first_mismatch"] is None

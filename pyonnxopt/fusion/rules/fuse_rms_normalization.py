@@ -28,12 +28,12 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
-from pyonnxopt.fusion import Const, Op, Rule, Var
+from pyonnxopt.fusion import Const, Op, Rule
 from pyonnxopt.fusion.rule import Edit, Match
-from pyonnxopt.fusion.rules.normalization import (affine_input, check_affine, emit_skip_norm, epsilon, reduce_mean,
-                                                  trailing_axes)
-from pyonnxopt.fusion.targets import MS_DOMAIN, SINCE, dtype_reason, fits_skip_contract, opset_reason
-from pyonnxopt.fusion.values import constant_reason, dims
+from pyonnxopt.fusion.rules.normalization import (affine_input, check_affine, check_skip, emit_skip_norm, epsilon,
+                                                  reduce_mean, residual, skip_order, skip_weight, trailing_axes)
+from pyonnxopt.fusion.targets import SINCE, dtype_reason, opset_reason
+from pyonnxopt.fusion.values import constant_reason
 
 SKIP_OP = "SkipSimplifiedLayerNormalization"
 
@@ -59,22 +59,16 @@ class FuseRmsNormalization(Rule):
                    "with a residual Add, com.microsoft SkipSimplifiedLayerNormalization (--target ort)")
 
     def pattern(self, opset: int) -> list:
-        variants = []
-        # The residual forms (only --target ort below 23 uses them) first: they
-        # fuse one node more; the scaled forms before the bare ones.
-        residual_forms = (True, False) if opset < SINCE["RMSNormalization"] else (False,)
-        for residual, scale, by_pow, inverse in itertools.product(
-                residual_forms, (True, False), (True, False), ("reciprocal", "one_over", "div")):
-            x = (Op("Add", Var("a"), Var("b"), name="residual", commutative=True, exclusive=False) if residual
-                 else Var("x"))
-            variants.append(_rms_norm(opset, x, by_pow, inverse, scale))
-        return variants
+        # Residual forms (only --target ort below 23 uses them) first: they fuse
+        # one node more; the scaled forms before the bare ones.
+        return [_rms_norm(opset, x, by_pow, inverse, scale) for x, scale, by_pow, inverse in itertools.product(
+            residual(opset, SINCE["RMSNormalization"]), (True, False), (True, False), ("reciprocal", "one_over", "div"))]
 
     def check(self, m: Match) -> Optional[str]:
         skip = m.options.target == "ort" and m.opset < SINCE["RMSNormalization"]
-        if "residual" in m and not skip:
+        if "a" in m and not skip:
             return opset_reason("RMSNormalization", m.opset)  # as the plain form at the same root says
-        shape = self._x_shape(m)
+        shape = m.shape("x")
         k = trailing_axes(m, None if shape is None else len(shape), "mean_square")
         if isinstance(k, str):
             return k
@@ -86,51 +80,22 @@ class FuseRmsNormalization(Rule):
                 why = constant_reason(f"'{m[name].name}'", m.array(name), want, 0)
                 if why:
                     return why
-        dtype = m.dtype("eps")
         if skip:
-            return self._check_skip(m, k, dtype)
+            if "a" not in m:
+                return (f"RMSNormalization needs opset 23; the model imports {m.opset} (onnxruntime's "
+                        "SimplifiedLayerNormalization is in the ONNX domain, which onnx.checker rejects)")
+            return check_skip(m, SKIP_OP, k, ("scale",))
         return (opset_reason("RMSNormalization", m.opset) or check_affine(m, k, "scale")
-                or dtype_reason("", "RMSNormalization", dtype))
-
-    @staticmethod
-    def _x_shape(m: Match) -> Optional[list]:
-        return m.shape("residual") if "residual" in m else m.shape("x")
-
-    def _check_skip(self, m: Match, k: int, dtype: int) -> Optional[str]:
-        why = (f"RMSNormalization needs opset 23; the model imports {m.opset} (onnxruntime's "
-               "SimplifiedLayerNormalization is in the ONNX domain, which onnx.checker rejects)")
-        if "residual" not in m:
-            return why
-        total = dims(m["residual"].outputs[0])
-        if k != 1 or self._order(m, total) is None:
-            return f"{why}; the residual Add's shapes {dims(m['a'])} + {dims(m['b'])} do not provably fit {SKIP_OP}"
-        if "scale" in m and list(m.array("scale").shape) != [total[-1]]:
-            return f"'{m['scale'].name}' has shape {list(m.array('scale').shape)}, needs [{total[-1]}]"
-        return dtype_reason(MS_DOMAIN, SKIP_OP, dtype)
-
-    @staticmethod
-    def _order(m: Match, total: Optional[list]) -> Optional[tuple]:
-        for inp, skip in (("a", "b"), ("b", "a")):
-            if total and isinstance(total[-1], int) and fits_skip_contract(dims(m[inp]), dims(m[skip]), total):
-                return inp, skip
-        return None
+                or dtype_reason("", "RMSNormalization", m.dtype("x") or m.dtype("eps")))
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        shape = self._x_shape(m)
-        k = trailing_axes(m, None if shape is None else len(shape), "mean_square")
-        if "residual" in m:
-            inp, skip = self._order(m, dims(m["residual"].outputs[0]))
-            hidden = dims(m["residual"].outputs[0])[-1]
-            gamma = m["scale"] if "scale" in m else edit.constant(_ones(m, [hidden]), "rms_scale")
-            emit_skip_norm(m, edit, SKIP_OP, [m[inp], m[skip], gamma], epsilon(m), m["residual"], m.root.outputs[0])
+        if "a" in m:
+            inp, skip = skip_order(m)
+            inputs = [m[inp], m[skip], skip_weight(m, edit, "scale", 1.0)]
+            emit_skip_norm(m, edit, SKIP_OP, inputs, epsilon(m), m["x"], m.root.outputs[0])
             return None
+        shape = m.shape("x")
+        k = trailing_axes(m, None if shape is None else len(shape), "mean_square")
         scale = affine_input(m, edit, "scale", k, 1.0)
         edit.replace_root("RMSNormalization", [m["x"], scale], {"axis": -k, "epsilon": epsilon(m)})
         return None
-
-
-def _ones(m: Match, shape: list):
-    import numpy as np
-    from onnx import helper
-
-    return np.ones(shape, helper.tensor_dtype_to_np_dtype(m.dtype("eps")))

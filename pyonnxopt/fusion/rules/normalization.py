@@ -131,3 +131,56 @@ def emit_skip_norm(m: Match, edit: Edit, op: str, inputs: list, eps: float, resi
     edit.replace_value(norm_output, outs[0])
     if read_elsewhere:
         edit.replace_value(total, outs[3])
+
+
+def residual(opset: int, since: int):
+    """The x of a norm pattern: a plain value, or (forms only --target ort
+    uses, below the opset that has the standard op) a residual Add(a, b)
+    that something else may read too. Both are named "x"."""
+    from pyonnxopt.fusion import Var
+
+    forms = [Var("x")]
+    if opset < since:
+        forms.insert(0, Op("Add", Var("a"), Var("b"), name="x", commutative=True, exclusive=False))
+    return forms
+
+
+def skip_order(m: Match) -> Optional[tuple]:
+    """(input, skip) as bound names when the residual Add's operands fit
+    onnxruntime's Skip*LayerNormalization contract, else None."""
+    from pyonnxopt.fusion.targets import fits_skip_contract
+    from pyonnxopt.fusion.values import dims
+
+    total = dims(m["x"].outputs[0])
+    for inp, skip in (("a", "b"), ("b", "a")):
+        if total and isinstance(total[-1], int) and fits_skip_contract(dims(m[inp]), dims(m[skip]), total):
+            return inp, skip
+    return None
+
+
+def check_skip(m: Match, op: str, k: int, names: tuple) -> Optional[str]:
+    """None when the residual form can become com.microsoft `op`: one
+    normalized (last) axis, operands that fit, [H] weights, a CPU kernel."""
+    from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason
+    from pyonnxopt.fusion.values import dims
+
+    total = dims(m["x"].outputs[0])
+    if k != 1 or skip_order(m) is None:
+        return (f"the residual Add's shapes {dims(m['a'])} + {dims(m['b'])} over {k} axes do not provably fit "
+                f"{op}")
+    for name in names:
+        if name in m and list(m.array(name).shape) != [total[-1]]:
+            return f"'{m[name].name}' has shape {list(m.array(name).shape)}, needs [{total[-1]}]"
+    return dtype_reason(MS_DOMAIN, op, m.dtype("x") or m.dtype("eps"))
+
+
+def skip_weight(m: Match, edit: Edit, name: str, fill: Optional[float]):
+    """The [H] weight of a Skip*LayerNormalization: the matched constant, or
+    `fill` (None: omitted) when the pattern had none."""
+    from pyonnxopt.fusion.values import dims
+
+    if name in m:
+        return m[name]
+    if fill is None:
+        return None
+    return edit.constant(np.full([dims(m["x"].outputs[0])[-1]], fill, _np_dtype(m)), f"{m.root.name or 'norm'}_{name}")
