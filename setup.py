@@ -27,5 +27,5 @@ core = Pybind11Extension(
 setup(
     ext_modules=[core],
     cmdclass={"build_ext": build_ext},
-    install_requires=["onnx>=1.16", "numpy>=1.24", "rich>=13"] + runtime,
+    install_requires=["onnx>=1.16", "numpy>=1.24", "rich>=13", "numba>=0.60"] + runtime,
 )

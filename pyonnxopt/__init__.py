@@ -7,7 +7,7 @@
     model, report = pyonnxopt.optimize("model.onnx", "out.onnx")
 """
 
-from pyonnxopt.errors import Error, MissingDependency, ModelError, PassError, VerificationError
+from pyonnxopt.errors import BackendUnavailable, Error, MissingDependency, ModelError, PassError, VerificationError
 from pyonnxopt.model import Function, Graph, Model, Node, SaveResult, Tensor, Value, load
 
 # Imported here, not on first call: importing the submodule later would bind
@@ -17,6 +17,7 @@ from pyonnxopt.optimize import optimize  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "BackendUnavailable",
     "Error",
     "Function",
     "Graph",

@@ -21,6 +21,11 @@ class MissingDependency(Error, ImportError):
     """An optional dependency is needed for what was asked; the message says what to install."""
 
 
+class BackendUnavailable(MissingDependency):
+    """A fold backend asked for by name cannot run here (its package is not
+    installed, or no CUDA device was found); the message says which."""
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message (at most 200 characters), or
     its type name: how a dependency's multi-line error becomes one line."""

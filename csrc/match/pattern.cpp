@@ -88,15 +88,28 @@ class Matcher {
   Matcher(const ir::Graph& g, const Pattern& p) : graph_(g), p_(p) {}
 
   // Tries the pattern rooted at `root`. True on a match (bindings in `m_`);
-  // false with `best_reason_` set.
+  // false with `best_reason_` set. Each commutative element may take its
+  // inputs in either order; every combination is tried (first found wins),
+  // since only a whole binding can tell whether the exclusivity rule holds.
   bool run(ir::Node* root) {
-    m_.nodes.assign(p_.elements.size(), nullptr);
-    m_.values.assign(p_.elements.size(), nullptr);
-    bound_.assign(p_.elements.size(), false);
     best_reason_.clear();
     best_depth_ = -1;
-    if (!bind_op(0, root)) return false;
-    return exclusive_outputs();
+    std::vector<size_t> commutative;
+    for (size_t e = 0; e < p_.elements.size(); ++e)
+      if (p_.elements[e].commutative && p_.elements[e].inputs.size() >= 2) commutative.push_back(e);
+    const size_t choices = commutative.size() < kMaxSwappable ? size_t(1) << commutative.size() : size_t(1) << kMaxSwappable;
+    for (size_t mask = 0; mask < choices; ++mask) {
+      swapped_.assign(p_.elements.size(), false);
+      for (size_t i = 0; i < commutative.size() && i < kMaxSwappable; ++i) swapped_[commutative[i]] = (mask >> i) & 1;
+      m_.nodes.assign(p_.elements.size(), nullptr);
+      m_.values.assign(p_.elements.size(), nullptr);
+      bound_.assign(p_.elements.size(), false);
+      visited_swap_ = false;
+      if (bind_op(0, root) && exclusive_outputs()) return true;
+      // No commutative element was reached: other orders cannot do better.
+      if (!visited_swap_) break;
+    }
+    return false;
   }
 
   const Match& match() const { return m_; }
@@ -108,6 +121,9 @@ class Matcher {
   const Pattern& p_;
   Match m_;
   std::vector<bool> bound_;
+  std::vector<bool> swapped_;  // per element: take inputs 0 and 1 swapped
+  bool visited_swap_ = false;  // this attempt bound a commutative element
+  static constexpr size_t kMaxSwappable = 10;  // beyond, later commutative elements keep their order
   std::string best_reason_;
   int best_depth_ = -1;
 
@@ -206,24 +222,13 @@ class Matcher {
     bound_[size_t(e)] = true;
     m_.nodes[size_t(e)] = n;
     auto input = [&](size_t i) { return i < n->inputs.size() ? n->inputs[i] : nullptr; };
-    auto bind_inputs = [&](bool swap) {
-      for (size_t i = 0; i < el.inputs.size(); ++i) {
-        const size_t from = swap && i < 2 ? 1 - i : i;
-        if (!bind_value(el.inputs[i], input(from))) return false;
-      }
-      return true;
-    };
-    if (!el.commutative || el.inputs.size() < 2) {
-      if (bind_inputs(false)) return true;
-      return unbind(e);
+    const bool swap = swapped_[size_t(e)];
+    visited_swap_ = visited_swap_ || (el.commutative && el.inputs.size() >= 2);
+    for (size_t i = 0; i < el.inputs.size(); ++i) {
+      const size_t from = swap && i < 2 ? 1 - i : i;
+      if (!bind_value(el.inputs[i], input(from))) return unbind(e);
     }
-    const Match saved = m_;
-    const std::vector<bool> saved_bound = bound_;
-    if (bind_inputs(false)) return true;
-    m_ = saved;
-    bound_ = saved_bound;
-    if (bind_inputs(true)) return true;
-    return unbind(e);
+    return true;
   }
 
   bool unbind(int e) {

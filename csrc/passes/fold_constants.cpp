@@ -15,16 +15,6 @@ using fold::Array;
 
 namespace {
 
-// The tensor a constant value holds: an initializer that is not also a
-// graph input (an input can be fed), or a Constant node's `value`.
-const Tensor* constant_tensor(const Value* v) {
-  if (v->initializer && !v->is_graph_input) return v->initializer;
-  const Node* p = v->producer;
-  if (!p || p->op_type.value != "Constant" || !p->domain.value.empty() || p->attributes.size() != 1) return nullptr;
-  const Attribute& a = p->attributes[0];
-  return a.name.value == "value" ? a.t.get() : nullptr;
-}
-
 // The constants of one graph scope, read once and cached.
 class Constants {
  public:
@@ -34,7 +24,7 @@ class Constants {
     if (it != cache_.end()) return it->second.dtype ? &it->second : nullptr;
     Array& a = cache_[v];
     std::string why;
-    const Tensor* t = constant_tensor(v);
+    const Tensor* t = known_constant(v);
     if (!t || !fold::to_array(*t, a, why)) a = Array{};
     return a.dtype ? &a : nullptr;
   }
@@ -54,7 +44,7 @@ using Partials = std::unordered_map<const Value*, fold::Partial>;
 // declared type (value_info, graph input or output), a dim_param being
 // unknown. nullopt without a type or a rank.
 std::optional<fold::PartialDims> known_dims(const Value* v) {
-  if (const Tensor* t = constant_tensor(v)) {
+  if (const Tensor* t = known_constant(v)) {
     if (std::any_of(t->dims.begin(), t->dims.end(), [](int64_t d) { return d < 0; })) return std::nullopt;
     return fold::PartialDims(t->dims.begin(), t->dims.end());
   }

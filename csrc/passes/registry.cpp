@@ -6,6 +6,7 @@
 #include "passes/eliminate_identity.h"
 #include "passes/eliminate_nop.h"
 #include "passes/fold_constants.h"
+#include "passes/simplify_algebra.h"
 
 namespace pyonnxopt::passes {
 
@@ -15,6 +16,7 @@ const std::vector<std::unique_ptr<Pass>>& registry() {
     v.push_back(std::make_unique<EliminateIdentity>());
     v.push_back(std::make_unique<EliminateDropout>());
     v.push_back(std::make_unique<EliminateNop>());
+    v.push_back(std::make_unique<SimplifyAlgebra>());
     v.push_back(std::make_unique<FoldConstants>());
     v.push_back(std::make_unique<EliminateCommonSubexpressions>());
     v.push_back(std::make_unique<EliminateDeadCode>());

@@ -14,7 +14,7 @@ for _p in (InferShapes(), FoldConstantsOnnxruntime(), *BUILTIN_RULES):
 
 # The default pipeline's order; passes registered later run after these.
 DEFAULT_ORDER = [
-    "infer_shapes", "eliminate_identity", "eliminate_dropout", "eliminate_nop", "fold_constants",
+    "infer_shapes", "eliminate_identity", "eliminate_dropout", "eliminate_nop", "simplify_algebra", "fold_constants",
     "fold_constants_onnxruntime", *(r.name for r in BUILTIN_RULES),
     "eliminate_common_subexpressions", "eliminate_dead_code",
 ]

@@ -1,92 +1,76 @@
-"""Shared by the transformer fusion tests: one rule run on a text model
-(after shape inference, as in the pipeline), outputs compared with the
-original in onnxruntime, and small torch exports."""
-
-import io
-import warnings
+"""Shared by the Conv/Gemm/Pad rule tests: ONNX-text models with numpy
+weights, one rule run (after shape inference) with the IR and the checker
+checked, and the original and rewritten model compared in onnxruntime."""
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 import pyonnxopt
-from pyonnxopt.check import random_inputs, session
 from pyonnxopt.passes import PassOptions, get
 
-from helpers import parse
+from helpers import outputs, parse
 
 
-def model_text(text: str, opset: int, ms: bool = False) -> onnx.ModelProto:
-    if not ms:
-        return parse(text, opset)
-    return onnx.parser.parse_model(
-        f'<ir_version: 10, opset_import: ["" : {opset}, "com.microsoft" : 1]>' + text)
+def with_weights(text: str, opset: int = 17, **weights) -> onnx.ModelProto:
+    """The model in `text` with `weights` (numpy arrays) as initializers."""
+    proto = parse(text, opset)
+    for name, array in weights.items():
+        proto.graph.initializer.append(numpy_helper.from_array(np.asarray(array), name))
+    return proto
 
 
-def as_dtype(proto: onnx.ModelProto, dtype) -> onnx.ModelProto:
-    """The float model with its float initializers and graph inputs/outputs
-    in `dtype` (the ONNX text parser has no float16 literals)."""
-    from onnx import helper, numpy_helper
-
-    code = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    for i, t in enumerate(out.graph.initializer):
-        a = numpy_helper.to_array(t)
-        if a.dtype == np.float32:
-            out.graph.initializer[i].CopyFrom(numpy_helper.from_array(a.astype(dtype), t.name))
-    for v in list(out.graph.input) + list(out.graph.output):
-        if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT:
-            v.type.tensor_type.elem_type = code
+def rng_weights(seed: int = 0, dtype=np.float32, positive: tuple = ("var",), **shapes) -> dict:
+    """Seeded normal arrays of the given shapes; names in `positive` are |x| + 0.5."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in shapes.items():
+        a = rng.standard_normal(shape)
+        out[name] = (np.abs(a) + 0.5 if name in positive else a).astype(dtype)
     return out
 
 
-def fuse(rule: str, model, opset: int = 20, target: str = "onnx", infer: bool = True):
-    """Runs `rule` once on `model` (ONNX text or ModelProto); checks the IR
-    and onnx.checker. Returns (Model, PassResult, original ModelProto)."""
-    proto = parse(model, opset) if isinstance(model, str) else model
+def run_rule(name: str, proto: onnx.ModelProto, shapes: bool = True, valid: bool = True):
+    """(Model, PassResult) of rule `name` on `proto`, shapes inferred first;
+    the result passes onnx's full check unless the model was `valid=False`
+    to start with (a refusal on a model the checker rejects)."""
     m = pyonnxopt.load(proto)
-    if infer:
+    if shapes:
         get("infer_shapes").run(m)
-    r = get(rule).run(m, PassOptions(target=target))
+    result = get(name).run(m, PassOptions())
     assert m.check_invariants() == []
-    onnx.checker.check_model(m.to_onnx(), full_check=True)
-    return m, r, proto
+    if valid:
+        onnx.checker.check_model(m.to_onnx(), full_check=True)
+    return m, result
 
 
-def assert_same_outputs(original, fused, rtol: float, atol: float, seed: int = 0) -> None:
-    """Both models on the same seeded inputs in onnxruntime (CPU, its own
-    optimizations off): equal outputs within the tolerance."""
-    want_s = session(original.SerializeToString() if isinstance(original, onnx.ModelProto) else original)
-    feeds = random_inputs(want_s, seed)
-    want = want_s.run(None, feeds)
-    have = session(fused.to_bytes()).run(None, feeds)
-    assert len(have) == len(want)
-    for h, w in zip(have, want):
-        assert h.dtype == w.dtype and h.shape == w.shape
-        np.testing.assert_allclose(h.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol)
+def reference_outputs(model, feeds: dict) -> list:
+    """onnx's reference evaluator (for types onnxruntime has no CPU kernel for)."""
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(model.to_onnx() if isinstance(model, pyonnxopt.Model) else model).run(None, feeds)
 
 
-def near(result, text: str) -> bool:
-    return any(text in x for x in result.stats["near_misses"])
+def assert_same_outputs(before: onnx.ModelProto, after: pyonnxopt.Model, rtol: float = 1e-5, atol: float = 1e-5,
+                        seed: int = 0, **fixed_shapes) -> None:
+    """Every graph output equal within the tolerance on seeded normal inputs
+    (shapes from the graph inputs; `fixed_shapes` for symbolic ones)."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for i in before.graph.input:
+        if i.name in {t.name for t in before.graph.initializer}:
+            continue
+        t = i.type.tensor_type
+        shape = fixed_shapes.get(i.name) or [d.dim_value for d in t.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
+        feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+    want, have = outputs(before, feeds), outputs(after, feeds)
+    assert len(want) == len(have)
+    for w, h in zip(want, have):
+        assert h.shape == w.shape and h.dtype == w.dtype
+        np.testing.assert_allclose(h, w, rtol=rtol, atol=atol)
 
 
-def export(module, args, opset: int, dynamo: bool = False, **kw) -> onnx.ModelProto:
-    """A torch export in memory, the exporter's chatter silenced."""
-    import contextlib
-
-    import torch
-
-    f = io.BytesIO()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
-        if dynamo:
-            program = torch.onnx.export(module.eval(), args, opset_version=opset, dynamo=True, **kw)
-            return program.model_proto
-        torch.onnx.export(module.eval(), args, f, opset_version=opset, dynamo=False, **kw)
-    return onnx.load_from_string(f.getvalue())
-
-
-def optimized(proto: onnx.ModelProto, target: str = "onnx"):
-    """The default pipeline, checked against the original; (Model, report)."""
-    return pyonnxopt.optimize(proto, target=target)
+def near_misses(result) -> list:
+    """The reasons after each near miss's node id."""
+    return [line.split(": ", 1)[1] for line in result.stats["near_misses"]]

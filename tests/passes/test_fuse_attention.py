@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fusion_helpers import assert_same_outputs, export, fuse, near, optimized
+from transformer_helpers import assert_same_outputs, export, fuse, near, optimized
 from helpers import ops, structure
 
 TOL = dict(rtol=1e-5, atol=1e-5)

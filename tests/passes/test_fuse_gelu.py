@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fusion_helpers import as_dtype, assert_same_outputs, export, fuse, near, optimized
+from transformer_helpers import as_dtype, assert_same_outputs, export, fuse, near, optimized
 from helpers import ops, parse, structure
 
 TOL = dict(rtol=1e-5, atol=1e-6)

@@ -1,0 +1,98 @@
+"""Which fold backend runs: by name, or chosen by the size of the tensor.
+
+The thresholds come from bench/fold_backends.py (bench/README.md has the
+numbers, 2 cores). numba's kernels are 1.7-6x faster than numpy's from about
+1 MB, but the first use in a process costs about 1.5 s (importing numba and
+loading the cached kernels). So numba is chosen for a tensor of
+NUMBA_THRESHOLD bytes, where one call about repays that cost, and once it is
+loaded, for every tensor from NUMBA_WARM_THRESHOLD. CUPY_THRESHOLD was not
+measured (no GPU at hand): each fold op is a round trip over PCIe, so a GPU
+can only pay for tensors far bigger than numba's.
+
+PYONNXOPT_NUMBA_THRESHOLD (both numba thresholds) and
+PYONNXOPT_CUPY_THRESHOLD override them, in bytes (e.g. 1e8).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import sys
+from typing import Optional
+
+from pyonnxopt.errors import BackendUnavailable, first_line
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("numpy", "numba", "cupy")
+NUMBA_THRESHOLD = 1 << 30
+NUMBA_WARM_THRESHOLD = 4 << 20
+CUPY_THRESHOLD = 1 << 30
+
+_INSTALL = {"numba": "pip install numba", "cupy": "pip install cupy-cuda12x"}
+
+
+def _threshold(env: str, default: int) -> int:
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return default
+    try:
+        return int(float(text))
+    except ValueError:
+        log.warning("%s=%r is not a number of bytes; using %d", env, text, default)
+        return default
+
+
+def numba_threshold() -> int:
+    """The smaller threshold once numba's backend is loaded in this process."""
+    loaded = "pyonnxopt.fold.numba_backend" in sys.modules
+    return _threshold("PYONNXOPT_NUMBA_THRESHOLD", NUMBA_WARM_THRESHOLD if loaded else NUMBA_THRESHOLD)
+
+
+def cupy_threshold() -> int:
+    return _threshold("PYONNXOPT_CUPY_THRESHOLD", CUPY_THRESHOLD)
+
+
+@functools.lru_cache(maxsize=None)
+def unavailable_reason(name: str) -> Optional[str]:
+    """None when backend `name` can run here, else why not (one line). The
+    first call for numba or cupy imports it."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown fold backend {name!r}; one of {', '.join(BACKENDS)}")
+    if name == "numpy":
+        return None
+    try:
+        importlib.import_module(f"pyonnxopt.fold.{name}_backend")
+    except Exception as e:  # a broken install must not break automatic choice
+        if isinstance(e, ImportError) and e.name == name:
+            return f"{name} is not installed ({_INSTALL[name]})"
+        return f"{name} does not import ({first_line(e)}); reinstall it ({_INSTALL[name]})"
+    if name == "cupy":
+        from pyonnxopt.fold import cupy_backend
+
+        return cupy_backend.device_problem()
+    return None
+
+
+def available(name: str) -> bool:
+    return unavailable_reason(name) is None
+
+
+def backend_module(name: str):
+    """The backend's module; BackendUnavailable (saying what to install) when it cannot run."""
+    reason = unavailable_reason(name)
+    if reason is not None:
+        raise BackendUnavailable(f"fold backend {name!r} is unavailable: {reason}")
+    return importlib.import_module(f"pyonnxopt.fold.{name}_backend")
+
+
+def choose_backend(nbytes: int) -> str:
+    """The backend for a tensor of `nbytes`: cupy, numba or numpy, the first
+    that the size calls for and that can run here."""
+    if nbytes >= cupy_threshold() and available("cupy"):
+        return "cupy"
+    if nbytes >= numba_threshold() and available("numba"):
+        return "numba"
+    return "numpy"
