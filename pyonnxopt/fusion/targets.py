@@ -31,7 +31,7 @@ RUNS_ON_CPU = {
     ("", "RMSNormalization"): {_F32, _F16, _F64},
     ("", "Attention"): {_F32, _F16, _F64},
     (MS_DOMAIN, "Gelu"): {_F32, _F16},
-    (MS_DOMAIN, "FastGelu"): {_F32, _F16},
+    (MS_DOMAIN, "FastGelu"): {_F32, _F16, _F64},
     (MS_DOMAIN, "SkipLayerNormalization"): {_F32, _F16},
     (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): {_F32, _F16},
 }
