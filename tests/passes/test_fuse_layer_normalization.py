@@ -200,3 +200,13 @@ def test_torch_encoder_layer_at_opset_14_for_ort():
     m, report = optimized(export(Encoder(), (torch.randn(2, 5, 16),), 14), target="ort")
     assert ops(m).count("SkipLayerNormalization") == 2 and "ReduceMean" not in ops(m)
     assert ops(m).count("Gelu") == 1 and report["check"]["first_mismatch"] is None
+
+
+def test_reduce_mean_without_axes_that_is_a_no_op_does_not_match():
+    # noop_with_empty_axes=1 and no axes: the "mean" is x itself, not a norm.
+    text = """g (float[2,5,8] x) => (float[2,5,8] y) <float two = {2.0}, float eps = {1e-5}, int64[1] axes = {-1}> {
+        mean = ReduceMean <noop_with_empty_axes = 1> (x)  d = Sub(x, mean)  sq = Pow(d, two)
+        var = ReduceMean(sq, axes)  ve = Add(var, eps)  std = Sqrt(ve)  y = Div(d, std)
+    }"""
+    m, r, _ = fuse("fuse_layer_normalization", text, opset=18)
+    assert not r.modified and near(r, "attribute noop_with_empty_axes is not 0")

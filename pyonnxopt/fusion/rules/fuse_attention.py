@@ -96,10 +96,9 @@ class FuseAttention(Rule):
         why = opset_reason("Attention", m.opset)
         if why:
             return why
-        probs = m["probs"]
-        rank = len(dims(probs.inputs[0]) or [])
-        if probs.attributes.get("axis", -1) not in (-1, rank - 1) or not rank:
-            return f"the Softmax is over axis {probs.attributes.get('axis', -1)}, not the last"
+        axis = m["probs"].attributes.get("axis", -1)
+        if axis != -1 and axis != len(dims(m["probs"].inputs[0]) or []) - 1:
+            return f"the Softmax is over axis {axis}, not the last"
         scale = _scale(m)
         if isinstance(scale, str):
             return scale

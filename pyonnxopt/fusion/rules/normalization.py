@@ -13,9 +13,11 @@ from pyonnxopt.fusion.rule import Edit, Match
 
 
 def reduce_mean(x, name: str, opset: int) -> Op:
-    """ReduceMean(x) keeping dims; its axes are an input from opset 18."""
+    """ReduceMean(x) keeping dims; its axes are an input from opset 18 (and
+    with noop_with_empty_axes, no axes would make it an Identity)."""
     if opset >= 18:
-        return Op("ReduceMean", x, Const(f"{name}_axes", optional=True), name=name, attrs={"keepdims": 1})
+        return Op("ReduceMean", x, Const(f"{name}_axes", optional=True), name=name,
+                  attrs={"keepdims": 1, "noop_with_empty_axes": 0})
     return Op("ReduceMean", x, name=name, attrs={"keepdims": 1})
 
 
