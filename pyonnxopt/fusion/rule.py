@@ -18,7 +18,7 @@ it almost did (`near_misses`, shown by `--explain NAME`).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
@@ -174,7 +174,7 @@ class Rule(Pass):
 
     min_opset: int = 1  # the rule does not run below this default-domain opset
 
-    def pattern(self, opset: int):
+    def pattern(self, opset: int) -> Union[Op, list]:
         raise TypeError(f"{type(self).__name__} must define pattern()")
 
     def check(self, m: Match) -> Optional[str]:

@@ -30,7 +30,7 @@ from typing import Optional
 
 from pyonnxopt.fusion import Const, Op, Rule
 from pyonnxopt.fusion.rule import Edit, Match
-from pyonnxopt.fusion.rules.normalization import (affine_input, check_affine, check_skip, emit_skip_norm, epsilon,
+from pyonnxopt.fusion.rules._normalization import (affine_input, check_affine, check_skip, emit_skip_norm, epsilon,
                                                   reduce_mean, residual, skip_order, skip_weight, trailing_axes)
 from pyonnxopt.fusion.targets import SINCE, dtype_reason, opset_reason
 from pyonnxopt.fusion.values import constant_reason

@@ -27,7 +27,7 @@ from typing import Optional
 
 from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
-from pyonnxopt.fusion.rules.normalization import emit_skip_norm
+from pyonnxopt.fusion.rules._normalization import emit_skip_norm
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, fits_skip_contract
 from pyonnxopt.fusion.values import dims
 from pyonnxopt.model import Model
