@@ -101,20 +101,24 @@ def test_consecutive_blocks_each_take_their_bias():
     assert_same_outputs(original, m, **TOL)
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_torch_transformer_encoder_layer(norm_first):
+@pytest.mark.parametrize("norm_first, opset", [(False, 17), (True, 17), (False, 23)])
+def test_torch_transformer_encoder_layer(norm_first, opset):
     import torch
 
     class Encoder(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu", batch_first=True,
-                                                          norm_first=norm_first)
+            self.layers = torch.nn.ModuleList(
+                torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu", batch_first=True,
+                                                 norm_first=norm_first) for _ in range(2))
 
         def forward(self, x):
-            return self.layer(x)
+            return self.layers[1](self.layers[0](x))
 
-    m, report = optimized(export(Encoder(), (torch.randn(2, 5, 16),), 17), target="ort")
-    assert ops(m).count("SkipLayerNormalization") == (1 if norm_first else 2)
+    m, report = optimized(export(Encoder(), (torch.randn(2, 5, 16),), opset), target="ort")
+    # At 23 the second layer's attention, which reads the first layer's
+    # SkipLayerNormalization, fuses too.
+    assert ops(m).count("Attention") == (2 if opset >= 23 else 0)
+    assert ops(m).count("SkipLayerNormalization") == (3 if norm_first else 4)
     assert ops(m).count("LayerNormalization") == (1 if norm_first else 0)
     assert report["check"]["first_mismatch"] is None
