@@ -173,12 +173,12 @@ def test_target_ort_below_17_residual_becomes_skip_layer_normalization():
     assert_same_outputs(original, m, **TOL)
 
 
-def test_target_ort_below_17_residual_read_elsewhere_is_the_fourth_output():
+def test_target_ort_below_17_residual_read_elsewhere_stays():
+    # Pre-norm: onnxruntime's CPU SkipLayerNormalization would be slower than what it runs now.
     text = RESIDUAL.format(outs=", float[2,5,8] z", consts=WEIGHTS, extra="z = Add(x, y)")
-    m, r, original = fuse("fuse_layer_normalization", text, opset=14, target="ort")
-    assert structure(m) == [("SkipLayerNormalization", ["h", "s", "scale", "bias"], ["y", "", "", "x"]),
-                            ("Add", ["x", "y"], ["z"])]
-    assert_same_outputs(original, m, **TOL)
+    m, r, _ = fuse("fuse_layer_normalization", text, opset=14, target="ort")
+    assert not r.modified and near(r, "the residual sum is read elsewhere: onnxruntime's CPU SkipLayerNormalization "
+                                      "is slower than Add + LayerNormalization")
 
 
 def test_target_onnx_below_17_residual_refuses_with_the_opset():

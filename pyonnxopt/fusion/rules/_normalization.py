@@ -163,7 +163,7 @@ def skip_order(m: Match) -> Optional[tuple]:
 def check_skip(m: Match, op: str, k: int, names: tuple) -> Optional[str]:
     """None when the residual form can become com.microsoft `op`: one
     normalized (last) axis, operands that fit, [H] weights, a CPU kernel."""
-    from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason
+    from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, shared_sum_reason
     from pyonnxopt.fusion.values import dims
 
     total = dims(m["x"].outputs[0])
@@ -173,7 +173,7 @@ def check_skip(m: Match, op: str, k: int, names: tuple) -> Optional[str]:
     for name in names:
         if name in m and list(m.array(name).shape) != [total[-1]]:
             return f"'{m[name].name}' has shape {list(m.array(name).shape)}, needs [{total[-1]}]"
-    return dtype_reason(MS_DOMAIN, op, m.dtype("x") or m.dtype("eps"))
+    return shared_sum_reason(op, m["x"], set(m.nodes)) or dtype_reason(MS_DOMAIN, op, m.dtype("x") or m.dtype("eps"))
 
 
 def skip_weight(m: Match, edit: Edit, name: str, fill: Optional[float]):

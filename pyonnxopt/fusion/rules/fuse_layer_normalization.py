@@ -10,12 +10,13 @@ Both targets: opset 17 and later (--target ort then fuses a residual Add
 into it: fuse_skip_layer_normalization). onnxruntime also runs a
 default-domain LayerNormalization below 17, but onnx.checker rejects it, so
 we do not emit it; --target ort below 17 fuses the norm only when x is a
-residual Add(input, skip): com.microsoft SkipLayerNormalization (the sum
-as its fourth output when something else reads it).
+residual Add(input, skip) that nothing else reads: com.microsoft
+SkipLayerNormalization (see targets.SLOW_WITH_SHARED_SUM for why not when
+the sum is read elsewhere).
 
 Refuses when:
- 1. the opset is below 17 (--target ort: and x is not a residual Add whose
-    operands fit onnxruntime's contract, over the last axis alone);
+ 1. the opset is below 17 (--target ort: and x is not a residual Add, read
+    only here, whose operands fit onnxruntime's contract, over the last axis alone);
  2. the two ReduceMeans reduce different axes, or not the trailing ones
     (or axes that need x's rank, unknown);
  3. eps is not a scalar float constant; the Pow exponent is not 2;

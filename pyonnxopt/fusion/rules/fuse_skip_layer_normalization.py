@@ -5,8 +5,10 @@ LayerNormalization -> onnxruntime's com.microsoft SkipLayerNormalization.
     y = LayerNormalization(s, gamma, beta, axis=-1, epsilon=e)
 ->  y, _, _, s = SkipLayerNormalization(input, skip, gamma, beta, bias, epsilon=e)
 
-When something else reads s (pre-norm transformers add it to the next
-residual), the fused op returns it as its fourth output; s keeps its name.
+Only when nothing else reads s (post-norm blocks: BERT): where the next
+residual reads it too (pre-norm: GPT-2), the op could return it as its
+fourth output, but onnxruntime's CPU SkipLayerNormalization is slower than
+Add + LayerNormalization, which onnxruntime keeps there (targets.py).
 
 onnxruntime's contract: input is [B, S, H] or [T, H]; skip has input's
 shape, or [1, S, H] or [S, H]; gamma, beta and bias are [H].
@@ -14,7 +16,7 @@ shape, or [1, S, H] or [S, H]; gamma, beta and bias are [H].
 Refuses when:
  1. the target is not ort (the rule does nothing for --target onnx);
  2. the normalization is not over the last axis alone, or uses stash_type 0,
-    or its Mean/InvStdDev outputs are read;
+    or its Mean/InvStdDev outputs are read; the sum s has other readers;
  3. input and skip cannot be shown to fit that contract (unknown or
     different dims: a broadcast onnxruntime would reject at run time);
  4. gamma, beta or bias is not [H];
@@ -28,7 +30,7 @@ from typing import Optional
 from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
 from pyonnxopt.fusion.rules._normalization import emit_skip_norm
-from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, fits_skip_contract
+from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, fits_skip_contract, shared_sum_reason
 from pyonnxopt.fusion.values import dims
 from pyonnxopt.model import Model
 from pyonnxopt.passes.base import PassOptions, PassResult
@@ -70,7 +72,8 @@ class FuseSkipLayerNormalization(Rule):
         for name in ("gamma", "beta", "bias"):
             if name in m and m[name] is not None and list(m.array(name).shape) != [hidden]:
                 return f"'{m[name].name}' has shape {list(m.array(name).shape)}, needs [{hidden}]"
-        return dtype_reason(MS_DOMAIN, "SkipLayerNormalization", m.dtype("gamma"))
+        return (shared_sum_reason("SkipLayerNormalization", m["residual"], set(m.nodes))
+                or dtype_reason(MS_DOMAIN, "SkipLayerNormalization", m.dtype("gamma")))
 
     @staticmethod
     def _order(m: Match, total: list) -> Optional[tuple]:
