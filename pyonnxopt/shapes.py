@@ -46,6 +46,7 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
 
     try:
         proto = onnx.ModelProto.FromString(model._core.serialize_weightless(WEIGHTLESS_THRESHOLD))
+        _stand_in_for_onnxruntime_ops(proto.graph)
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
     except Exception as e:  # onnx raises several kinds; none may stop the passes that need no shapes
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -53,6 +54,35 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         return {"failed": reason}
     typed = _write_back(inferred.graph, model.graph, update_outputs)
     return {"values_typed": typed}
+
+
+# com.microsoft ops the fusion rules emit (--target ort), whose first and
+# fourth outputs have their first input's type and shape; onnx's inference
+# does not know them, and would stop there.
+_SHAPE_OF_INPUT = {"Gelu", "FastGelu", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"}
+
+
+def _stand_in_for_onnxruntime_ops(graph) -> None:
+    """In the copy inference runs on (main graph only: subgraph results are
+    matched to nodes one to one), each such op becomes standard ops with the
+    same output types and shapes: Identity of the input, and for the Skip
+    norms Add(input, skip) for the residual sum."""
+    from onnx import helper
+
+    nodes = []
+    for n in graph.node:
+        if n.domain != "com.microsoft" or n.op_type not in _SHAPE_OF_INPUT or not n.input:
+            nodes.append(n)
+            continue
+        outs = list(n.output)
+        if n.op_type.startswith("Skip") and len(n.input) > 1:
+            total = outs[3] if len(outs) > 3 and outs[3] else f"{outs[0]}::pyonnxopt_sum"
+            nodes.append(helper.make_node("Add", [n.input[0], n.input[1]], [total]))
+            nodes.append(helper.make_node("Identity", [total], [outs[0]]))
+        else:
+            nodes.append(helper.make_node("Identity", [n.input[0]], [outs[0]]))
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def _write_back(pg, g: Graph, update_outputs: bool) -> int:

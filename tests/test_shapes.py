@@ -58,3 +58,22 @@ def test_after_fixing_the_shape_arithmetic_folds_away(tmp_path):
     assert report["inputs_fixed"] == ["x"] and report["check"]["first_mismatch"] is None
     x = np.arange(60, dtype=np.float32).reshape(5, 3, 4)
     np.testing.assert_array_equal(outputs(model, {"x": x})[0], x.reshape(5, 12))
+
+
+def test_inference_sees_through_the_onnxruntime_ops_fusions_emit():
+    # A com.microsoft op would stop onnx's inference: what follows it stays unknown.
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("SkipLayerNormalization", ["h", "s", "g"], ["n", "", "", "r"], domain="com.microsoft"),
+             helper.make_node("FastGelu", ["n"], ["a"], domain="com.microsoft"),
+             helper.make_node("MatMul", ["a", "w"], ["y"]), helper.make_node("Neg", ["r"], ["t"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("h", TensorProto.FLOAT, [2, 5, 8]),
+                     helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 5, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None), helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+        [helper.make_tensor("g", TensorProto.FLOAT, [8], np.ones(8)), helper.make_tensor("w", TensorProto.FLOAT, [8, 4], np.ones(32))])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m = pyonnxopt.load(proto)
+    pyonnxopt.shapes.infer(m)
+    assert m.graph.value("a").type["shape"] == [2, 5, 8] and m.graph.value("r").type["shape"] == [2, 5, 8]
+    assert [n.op_type for n in m.graph.nodes] == ["SkipLayerNormalization", "FastGelu", "MatMul", "Neg"]

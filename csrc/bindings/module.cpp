@@ -621,11 +621,13 @@ PYBIND11_MODULE(_core, m) {
                }
                matches.append(bound);
              }
-             for (const auto& n : found.near) near.append(py::make_tuple(NodeRef{g.model, n.anchor}, text(n.reason)));
+             for (const auto& n : found.near)
+               near.append(py::make_tuple(NodeRef{g.model, n.anchor}, text(n.reason), n.depth));
              return py::make_tuple(matches, near);
            },
            py::arg("pattern"),
-           "Every match of a Pattern in this graph (bindings in element order) and the near misses (root node, reason).")
+           "Every match of a Pattern in this graph (bindings in element order) and the near misses "
+           "(root node, reason, elements bound when it failed).")
       .def("clear_value_info", [](const GraphRef& g) { return g.ptr->clear_value_info(); },
            "Drops every value_info entry; returns how many.")
       .def("set_value_type",

@@ -114,6 +114,7 @@ class Matcher {
 
   const Match& match() const { return m_; }
   const std::string& reason() const { return best_reason_; }
+  int reason_depth() const { return best_depth_ < 0 ? 0 : best_depth_; }
 
  private:
   const ir::Graph& graph_;
@@ -284,7 +285,7 @@ Matches find_all(const ir::Graph& graph, const Pattern& pattern) {
     if (matcher.run(n))
       out.found.push_back(matcher.match());
     else
-      out.near.push_back({n, matcher.reason()});
+      out.near.push_back({n, matcher.reason(), matcher.reason_depth()});
   }
   return out;
 }

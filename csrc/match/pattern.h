@@ -73,9 +73,12 @@ struct Match {
 
 // A root-op node where the pattern failed after the root's op type matched,
 // and the first condition that failed on the most promising attempt.
+// `depth`: how many elements that attempt had bound (a rule with several
+// variant patterns reports the one that came closest).
 struct NearMiss {
   ir::Node* anchor = nullptr;
   std::string reason;
+  int depth = 0;
 };
 
 struct Matches {

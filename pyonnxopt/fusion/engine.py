@@ -11,6 +11,7 @@ from pyonnxopt.passes.base import PassOptions, PassResult
 
 
 NEAR_MISSES_KEPT = 200  # per rule and run: enough to explain, bounded on huge graphs
+ROUNDS = 8  # per variant: a match an earlier rewrite made stale is matched again, up to this many times
 
 
 def _graphs(model: Model) -> list:
@@ -35,37 +36,69 @@ def run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
     opset = opset_of(model, None)
     if opset < rule.min_opset:
         return PassResult(False, stats)
-    pattern, names = compile_pattern(rule.pattern(opset), opset)
+    variants = rule.pattern(opset)
+    if not isinstance(variants, (list, tuple)):
+        variants = [variants]
+    compiled = [compile_pattern(v, opset) for v in variants]
     for graph in _graphs(model):
-        found, near = graph.match(pattern)
-        for anchor, why in near:
-            stats["near_misses"].append(f"{node_id(anchor)}: {why}")
-        touched: set = set()
-        for bound in found:
-            nodes = [b for b in bound if hasattr(b, "op_type")]
-            if any(n.removed or n in touched for n in nodes):
-                continue  # an earlier rewrite changed this spot; the next iteration sees it anew
-            m = Match(model, graph, names, bound, opset, options)
-            why = rule.check(m)
-            if why is None:
-                ids = [node_id(n) for n in nodes]
-                edit = Edit(m)
-                why = rule.rewrite(m, edit)
-            if why is not None:
-                stats["near_misses"].append(f"{node_id(m.root)}: {why}")
-                continue
-            touched.update(nodes)
-            touched.update(edit.added)
-            _remove_unread(graph, nodes)
-            consumed = [i for i, n in zip(ids, nodes) if n.removed]
-            stats["nodes_removed"] += len(consumed)
-            stats["nodes_added"] += len(edit.added)
-            stats["rewrites"].append({"what": rule.name, "consumed": consumed,
-                                      "produced": [node_id(n) for n in edit.added]})
-    near = stats["near_misses"]
+        closest: dict = {}  # root-type node no variant matched -> (elements bound, why)
+        matched: set = set()
+        for pattern, names in compiled:
+            # Again while an earlier rewrite made a match stale: the larger
+            # variants (tried first) then still win where they apply.
+            for _ in range(ROUNDS):
+                found, near = graph.match(pattern)
+                for anchor, why, depth in near:
+                    if depth > closest.get(anchor, (-1, ""))[0]:
+                        closest[anchor] = (depth, why)
+                touched: set = set()
+                stale = [_apply(rule, model, graph, names, bound, opset, options, touched, matched, stats)
+                         for bound in found].count(False)
+                if not stale:
+                    break
+        for anchor, (_, why) in closest.items():
+            if anchor not in matched:
+                stats["near_misses"].append(f"{node_id(anchor)}: {why}")
+    near = list(dict.fromkeys(stats["near_misses"]))  # overlapping variants refuse alike
     if len(near) > NEAR_MISSES_KEPT:
-        stats["near_misses"] = near[:NEAR_MISSES_KEPT] + [f"... and {len(near) - NEAR_MISSES_KEPT} more"]
+        near = near[:NEAR_MISSES_KEPT] + [f"... and {len(near) - NEAR_MISSES_KEPT} more"]
+    stats["near_misses"] = near
     return PassResult(bool(stats["rewrites"]), stats)
+
+
+def _apply(rule: Rule, model: Model, graph, names: list, bound: list, opset: int, options: PassOptions,
+           touched: set, matched: set, stats: dict) -> bool:
+    """Checks and rewrites one match; `touched`: nodes this round's earlier
+    rewrites consumed or made. False when the match was stale (an earlier
+    rewrite changed its nodes or values)."""
+    nodes = [b for b in bound if hasattr(b, "op_type")]
+    values = [b for b in bound if b is not None and not hasattr(b, "op_type")]
+    if any(n.removed or n in touched for n in nodes) or any(_dropped(v) for v in values):
+        return False
+    m = Match(model, graph, names, bound, opset, options)
+    matched.add(m.root)
+    why = rule.check(m)
+    if why is None:
+        ids = [node_id(n) for n in nodes]
+        edit = Edit(m)
+        why = rule.rewrite(m, edit)
+    if why is not None:
+        stats["near_misses"].append(f"{node_id(m.root)}: {why}")
+        return True
+    touched.update(nodes)
+    touched.update(edit.added)
+    _remove_unread(graph, nodes)
+    consumed = [i for i, n in zip(ids, nodes) if n.removed]
+    stats["nodes_removed"] += len(consumed)
+    stats["nodes_added"] += len(edit.added)
+    stats["rewrites"].append({"what": rule.name, "consumed": consumed,
+                              "produced": [node_id(n) for n in edit.added]})
+    return True
+
+
+def _dropped(v) -> bool:
+    """A value an earlier rewrite replaced: its producer is gone."""
+    return v.producer is None and not v.is_graph_input and v.initializer is None
 
 
 def _remove_unread(graph, nodes: list) -> None:

@@ -18,7 +18,7 @@ it almost did (`near_misses`, shown by `--explain NAME`).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
@@ -74,6 +74,10 @@ class Match:
     def __getitem__(self, name: str):
         return self._by_name[name]
 
+    def __contains__(self, name: str) -> bool:
+        """Whether the matched variant has an element of this name."""
+        return name in self._by_name
+
     def array(self, name: str) -> np.ndarray:
         """A bound constant's data (read-only, no copy where possible)."""
         return self._by_name[name].initializer.numpy()
@@ -107,15 +111,31 @@ class Edit:
         return self.graph.add_initializer(self.graph.unique_name(hint), dtype, list(array.shape), array.tobytes())
 
     def node(self, op_type: str, inputs: list, attrs: Optional[dict] = None, *, domain: str = "",
-             outputs: int = 1, hint: str = "") -> list:
-        """A new node before the root; returns its output values."""
+             outputs: int = 1, hint: str = "", before: Optional[Node] = None, omitted: tuple = ()) -> list:
+        """A new node before the root (or `before`, a matched node whose
+        inputs the new node reads); returns its output values (None at the
+        `omitted` output indices, left empty)."""
         hint = hint or f"{node_id(self._m.root)}_{op_type}"
-        names = [self.graph.unique_name(f"{hint}_out{i}" if outputs > 1 else hint) for i in range(outputs)]
+        names = ["" if i in omitted else self.graph.unique_name(f"{hint}_out{i}" if outputs > 1 else hint)
+                 for i in range(outputs)]
         n = self.graph.add_node(op_type, inputs, names, name=self.graph.unique_name(hint), domain=domain,
-                                before=self._m.root)
+                                before=before or self._m.root)
         self._set_attrs(n, attrs)
         self.added.append(n)
         return list(n.outputs)
+
+    def replace_value(self, old: Value, new: Value) -> None:
+        """Readers of `old` (a matched node's output) read `new` (an output
+        of a node made here, defined before them) instead, and `new` takes
+        `old`'s name and stated type: a graph output keeps its name, and the
+        rules after this one still see the shape (shape inference may not
+        know a com.microsoft op). `old`'s node goes once nothing reads it."""
+        name, type_proto = old.name, old.type_proto
+        old.name = self.graph.unique_name(f"{name}_replaced")
+        self.graph.replace_all_uses(old, new)
+        new.name = name
+        if type_proto is not None and new.type_proto is None:
+            self.graph.set_value_type(new, type_proto)
 
     def replace_root(self, op_type: str, inputs: list, attrs: Optional[dict] = None, *, domain: str = "",
                      copy_attrs_from: Optional[Node] = None) -> Node:
@@ -147,13 +167,14 @@ class Edit:
 
 
 class Rule(Pass):
-    """A fusion: `pattern(opset)` says where, `check` may refuse with a
-    reason, `rewrite` edits the graph (or returns a reason, having changed
+    """A fusion: `pattern(opset)` says where (one Op, or a list of variant
+    Ops tried in order: the same math as exporters spell it), `check` may
+    refuse with a reason, `rewrite` edits the graph (or returns a reason, having changed
     nothing). Matched nodes nobody reads afterwards are removed."""
 
     min_opset: int = 1  # the rule does not run below this default-domain opset
 
-    def pattern(self, opset: int) -> Op:
+    def pattern(self, opset: int) -> Union[Op, list]:
         raise TypeError(f"{type(self).__name__} must define pattern()")
 
     def check(self, m: Match) -> Optional[str]:

@@ -193,6 +193,85 @@ def test_pattern_errors_are_plain():
         compile_pattern(Op("Add", Var("x"), Var("x", dtype=np.float32)), 17)
 
 
+class ScaledRelu(Rule):
+    """Two spellings of one thing: Relu(x) * 2 and Relu(x) + Relu(x)."""
+
+    name = "test_variants"
+    description = "Relu(x)*2 or Relu(x)+Relu(x) -> Relu(x*2)"
+
+    def pattern(self, opset):
+        relu = Op("Relu", Var("x"), name="relu")
+        return [Op("Mul", Op("Relu", Var("x"), name="relu"), Const("two", value=2.0), name="root"),
+                Op("Add", relu, relu, name="root")]
+
+    def rewrite(self, m, edit):
+        (t,) = edit.node("Mul", [m["x"], edit.constant(np.array(2.0, np.float32), "two")])
+        edit.replace_root("Relu", [t])
+
+
+def test_variant_patterns_each_fire_and_the_closest_miss_is_reported():
+    text = """g (float[2] x) => (float[2] y, float[2] z, float[2] w) <float two = {2.0}, float three = {3.0}> {
+        a = Relu(x)
+        y = Mul(a, two)
+        b = Relu(x)
+        z = Add(b, b)
+        c = Exp(x)
+        w = Mul(c, three)
+    }"""
+    before = parse(text)
+    m, r = run(ScaledRelu(), text)
+    assert [rw["consumed"] for rw in r.stats["rewrites"]] == [["Mul->y", "Relu->a"], ["Add->z", "Relu->b"]]
+    # Only the Mul variant can root at Mul->w; it fails at its first input.
+    assert r.stats["near_misses"] == ["Mul->w: 'relu': 'Exp->c' is not Relu"]
+    x = np.array([-1.0, 2.0], np.float32)
+    for have, want in zip(outputs(m, {"x": x}), outputs(before, {"x": x})):
+        np.testing.assert_array_equal(have, want)
+
+
+def test_the_variant_that_bound_most_explains_the_miss():
+    class TwoMuls(ScaledRelu):
+        name = "test_closest"
+
+        def pattern(self, opset):
+            return [Op("Mul", Op("Exp", Var("x"), name="exp"), Const("two", value=2.0)),
+                    Op("Mul", Op("Relu", Var("x"), name="relu"), Const("two", value=2.0))]
+
+    m, r = run(TwoMuls(), """g (float[2] x) => (float[2] y) <float three = {3.0}> { a = Relu(x)  y = Mul(a, three) }""")
+    assert not r.modified
+    assert r.stats["near_misses"] == ["Mul->y: 'two': 'three' holds 3.000000, needs every element 2.000000"]
+
+
+class NegAbs(Rule):
+    """Abs(Neg(x)) -> Abs(x), made with edit.node + edit.replace_value."""
+
+    name = "test_replace_value"
+    description = "Abs(Neg(x)) -> Abs(x)"
+
+    def pattern(self, opset):
+        return Op("Abs", Op("Neg", Var("x"), name="neg"), name="abs")
+
+    def rewrite(self, m, edit):
+        (t,) = edit.node("Abs", [m["x"]], before=m["neg"])
+        edit.replace_value(m.root.outputs[0], t)
+
+
+def test_replace_value_keeps_names_and_types_and_stale_matches_are_matched_again():
+    text = """g (float[2] x) => (float[2] z, float[2] y) { a = Neg(x)  y = Abs(a)  b = Neg(y)  c = Abs(b)  z = Relu(c) }"""
+    before = parse(text)
+    m = pyonnxopt.load(before)
+    passes.get("infer_shapes").run(m)
+    r = NegAbs().run(m)
+    assert m.check_invariants() == []
+    # The second match read y, which the first rewrite replaced: it is matched
+    # again in a second round, not left for the next pipeline iteration.
+    assert structure(m) == [("Abs", ["x"], ["y"]), ("Abs", ["y"], ["c"]), ("Relu", ["c"], ["z"])]
+    assert len(r.stats["rewrites"]) == 2
+    assert m.graph.value("c").type["shape"] == [2]  # the replaced value's stated type stays
+    x = np.array([-1.0, 2.0], np.float32)
+    for have, want in zip(outputs(m, {"x": x}), outputs(before, {"x": x})):
+        np.testing.assert_array_equal(have, want)
+
+
 def test_rules_run_in_subgraphs():
     from onnx import TensorProto, helper
 

@@ -103,7 +103,7 @@ def test_native_matcher_agrees_with_reference(model, root):
     native = {bound[0].name for bound in found}
     assert native == reference(model, root)
     roots = {n.name for n in m.graph.nodes if n.op_type in root.op_types}
-    assert native | {n.name for n, _ in near} == roots and not native & {n.name for n, _ in near}
+    assert native | {n.name for n, *_ in near} == roots and not native & {n.name for n, *_ in near}
     for bound in found:  # bindings are consistent: each op element's node has the bound op type
         for e, b in zip(elements(root), bound):
             if isinstance(e, Op):

@@ -1,10 +1,15 @@
 """The built-in fusion rules, in the order the pipeline runs them."""
 
+from pyonnxopt.fusion.rules.fuse_attention import FuseAttention
 from pyonnxopt.fusion.rules.fuse_conv_batchnorm import FuseConvBatchnorm
 from pyonnxopt.fusion.rules.fuse_conv_scale_bias import FuseConvScaleBias
+from pyonnxopt.fusion.rules.fuse_gelu import FuseGelu
 from pyonnxopt.fusion.rules.fuse_gemm_batchnorm import FuseGemmBatchnorm
+from pyonnxopt.fusion.rules.fuse_layer_normalization import FuseLayerNormalization
 from pyonnxopt.fusion.rules.fuse_matmul_add_into_gemm import FuseMatmulAddIntoGemm
 from pyonnxopt.fusion.rules.fuse_pad_into_conv import FusePadIntoConv
+from pyonnxopt.fusion.rules.fuse_rms_normalization import FuseRmsNormalization
+from pyonnxopt.fusion.rules.fuse_skip_layer_normalization import FuseSkipLayerNormalization
 
 BUILTIN_RULES: list = [
     # Conv/Gemm/Pad folding (wt-convs): padding first, then BatchNormalization,
@@ -14,4 +19,10 @@ BUILTIN_RULES: list = [
     FuseConvScaleBias(),
     FuseGemmBatchnorm(),
     FuseMatmulAddIntoGemm(),
+    # Transformer blocks (wt-nlp): the norms first, then Gelu, then Attention.
+    FuseLayerNormalization(),
+    FuseSkipLayerNormalization(),
+    FuseRmsNormalization(),
+    FuseGelu(),
+    FuseAttention(),
 ]

@@ -1,0 +1,108 @@
+"""fuse_layer_normalization: the decomposed layer norm -> LayerNormalization.
+
+    mean = ReduceMean(x, axes)          d = Sub(x, mean)
+    var  = ReduceMean(Pow(d, 2), axes)  (or Mul(d, d))
+    n    = Div(d, Sqrt(Add(var, eps)))  (or Mul(d, Reciprocal(Sqrt(...))))
+    y    = Add(Mul(n, scale), bias)     (scale and bias each optional)
+->  y = LayerNormalization(x, scale, bias, axis=-len(axes), epsilon=eps)
+
+Both targets: opset 17 and later (--target ort then fuses a residual Add
+into it: fuse_skip_layer_normalization). onnxruntime also runs a
+default-domain LayerNormalization below 17, but onnx.checker rejects it, so
+we do not emit it; --target ort below 17 fuses the norm only when x is a
+residual Add(input, skip) that nothing else reads: com.microsoft
+SkipLayerNormalization (see targets.SLOW_WITH_SHARED_SUM for why not when
+the sum is read elsewhere).
+
+Refuses when:
+ 1. the opset is below 17 (--target ort: and x is not a residual Add, read
+    only here, whose operands fit onnxruntime's contract, over the last axis alone);
+ 2. the two ReduceMeans reduce different axes, or not the trailing ones
+    (or axes that need x's rank, unknown);
+ 3. eps is not a scalar float constant; the Pow exponent is not 2;
+ 4. scale/bias vary outside the normalized axes, would broadcast x, or
+    must be materialized (absent scale, or a broadcast one) while x's
+    normalized dims are unknown;
+ 5. onnxruntime's CPU provider has no LayerNormalization for the type.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+from pyonnxopt.fusion import Const, Op, Rule
+from pyonnxopt.fusion.rule import Edit, Match
+from pyonnxopt.fusion.rules._normalization import (affine_input, check_affine, check_skip, emit_skip_norm, epsilon,
+                                                  reduce_mean, residual, skip_order, skip_weight, trailing_axes)
+from pyonnxopt.fusion.targets import SINCE, dtype_reason, opset_reason
+from pyonnxopt.fusion.values import constant_reason
+
+SKIP_OP = "SkipLayerNormalization"
+
+
+def _layer_norm(opset: int, x, square_by_pow: bool, div: bool, scale: bool, bias: bool) -> Op:
+    d = Op("Sub", x, reduce_mean(x, "mean", opset), name="centered")
+    sq = Op("Pow", d, Const("two"), name="square") if square_by_pow else Op("Mul", d, d, name="square")
+    var = reduce_mean(sq, "variance", opset)
+    std = Op("Sqrt", Op("Add", var, Const("eps"), name="plus_eps", commutative=True), name="std")
+    if div:
+        out = Op("Div", d, std, name="normed")
+    else:
+        out = Op("Mul", d, Op("Reciprocal", std, name="inv_std"), name="normed", commutative=True)
+    if scale:
+        out = Op("Mul", out, Const("scale"), name="scaled", commutative=True)
+    if bias:
+        out = Op("Add", out, Const("bias"), name="shifted", commutative=True)
+    return out
+
+
+class FuseLayerNormalization(Rule):
+    name = "fuse_layer_normalization"
+    description = ("ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div [* scale + bias] -> LayerNormalization (opset 17); "
+                   "below 17 with a residual Add, com.microsoft SkipLayerNormalization (--target ort)")
+
+    def pattern(self, opset: int) -> list:
+        # Largest first: a residual Add (--target ort below 17), scale and bias
+        # join the fused op whenever they can.
+        tails = [(True, True), (True, False), (False, True), (False, False)]
+        return [_layer_norm(opset, x, by_pow, div, scale, bias)
+                for x, (scale, bias), by_pow, div in itertools.product(
+                    residual(opset, SINCE["LayerNormalization"]), tails, (True, False), (True, False))]
+
+    def check(self, m: Match) -> Optional[str]:
+        skip = m.options.target == "ort" and "a" in m
+        if not skip:
+            why = opset_reason("LayerNormalization", m.opset)
+            if why:
+                return why
+        shape = m.shape("x")
+        k = trailing_axes(m, None if shape is None else len(shape), "mean", "variance")
+        if isinstance(k, str):
+            return k
+        eps = epsilon(m)
+        if isinstance(eps, str):
+            return eps
+        if "two" in m:
+            why = constant_reason(f"the exponent '{m['two'].name}'", m.array("two"), 2.0, 0)
+            if why:
+                return why
+        if skip:
+            return check_skip(m, SKIP_OP, k, ("scale", "bias"))
+        return check_affine(m, k, "scale", "bias") or dtype_reason("", "LayerNormalization",
+                                                                    m.dtype("x") or m.dtype("eps"))
+
+    def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
+        if "a" in m:
+            inp, skip = skip_order(m)
+            inputs = [m[inp], m[skip], skip_weight(m, edit, "scale", 1.0), skip_weight(m, edit, "bias", None)]
+            emit_skip_norm(m, edit, SKIP_OP, inputs, epsilon(m), m["x"], m.root.outputs[0])
+            return None
+        shape = m.shape("x")
+        k = trailing_axes(m, None if shape is None else len(shape), "mean", "variance")
+        inputs = [m["x"], affine_input(m, edit, "scale", k, 1.0)]
+        bias = affine_input(m, edit, "bias", k, None)
+        if bias is not None:
+            inputs.append(bias)
+        edit.replace_root("LayerNormalization", inputs, {"axis": -k, "epsilon": epsilon(m)})
+        return None

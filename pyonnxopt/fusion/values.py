@@ -1,0 +1,68 @@
+"""What rules ask of the values a pattern bound: constants close to a
+known number (exporters write 1/sqrt(2) as 0.7071067 or 0.70710678...),
+shapes with their symbolic dims, and whether a broadcast keeps a shape."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from pyonnxopt.model import Value
+
+# Relative tolerance for a constant written in this element type: a few ulps
+# in half types; in float32/64 the 7 digits exporters usually print.
+_RTOL = {10: 2e-3, 16: 1.6e-2, 1: 1e-6, 11: 1e-6}  # float16, bfloat16, float, double
+
+
+def scalar_of(array: np.ndarray) -> Optional[float]:
+    """The one element of a constant as a float, or None (several
+    elements, or not a number type)."""
+    if array.size != 1 or array.dtype.kind not in "fiu":
+        return None
+    return float(array.reshape(()))
+
+
+def close_to(array: np.ndarray, want: float, onnx_dtype: int) -> bool:
+    """A one-element constant equal to `want` within its dtype's precision."""
+    x = scalar_of(array)
+    if x is None:
+        return False
+    if array.dtype.kind in "iu":
+        return x == want
+    return abs(x - want) <= _RTOL.get(onnx_dtype, 1e-6) * abs(want)
+
+
+def constant_reason(label: str, array: np.ndarray, want: float, onnx_dtype: int) -> Optional[str]:
+    """None when the constant is `want`, else why not (for near misses)."""
+    if close_to(array, want, onnx_dtype):
+        return None
+    if array.size != 1:
+        return f"{label} has {array.size} elements, needs one"
+    return f"{label} is {scalar_of(array)!r}, needs {want:.7g}"
+
+
+def dims(v: Optional[Value]) -> Optional[list]:
+    """The value's dims as the model states them: int, a symbol (str), or
+    None when unknown; None when not even the rank is known."""
+    if v is None:
+        return None
+    if v.initializer is not None and not v.is_graph_input:
+        return list(v.initializer.dims)
+    shape = v.type.get("shape")
+    if shape is None:
+        return None
+    return [d if isinstance(d, (int, str)) and d != "" else None for d in shape]
+
+
+def same_dim(a, b) -> bool:
+    """Provably equal: the same int, or the same symbol."""
+    return a is not None and a == b
+
+
+def broadcasts_into(small: Optional[list], big: Optional[list]) -> bool:
+    """Provably: `small` broadcast against `big` gives `big`'s shape (each
+    of small's dims, right-aligned, is 1 or equal to big's)."""
+    if small is None or big is None or len(small) > len(big):
+        return False
+    return all(s == 1 or same_dim(s, b) for s, b in zip(reversed(small), reversed(big)))

@@ -1,0 +1,191 @@
+"""fuse_attention: written-out scaled dot-product attention -> Attention
+(opset 23), 4-d heads or 3-d with the head split/merge absorbed. Numbers:
+onnxruntime's Attention against MatMul/Softmax/MatMul, rtol 1e-5, atol 1e-5."""
+
+import math
+
+import pytest
+
+from transformer_helpers import assert_same_outputs, export, fuse, near, optimized
+from helpers import ops, structure
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+QKV = "float[2,4,5,8] q, float[2,4,6,8] k, float[2,4,6,8] v"
+
+
+def bhsd(scores="s = Div(qk, c)", mask_in="", mask="", io=QKV, out="float[2,4,5,8] y", consts="float c = {2.828427}",
+         softmax="p = Softmax <axis = -1> (m)"):
+    m_line = mask or "m = Identity(s)"
+    return f"""g ({io}{mask_in}) => ({out}) <{consts}> {{
+        kt = Transpose <perm = [0, 1, 3, 2]> (k)  qk = MatMul(q, kt)  {scores}  {m_line}  {softmax}  y = MatMul(p, v)
+    }}"""
+
+
+def attention_of(m):
+    return [n for n in m.graph.nodes if n.op_type == "Attention"][0]
+
+
+def test_written_out_divided_by_sqrt_d():
+    text = bhsd(mask="m = Identity(s)").replace("m = Identity(s)  p = Softmax <axis = -1> (m)", "p = Softmax <axis = -1> (s)")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert structure(m) == [("Attention", ["q", "k", "v"], ["y"])]
+    assert abs(attention_of(m).attributes["scale"] - 1 / math.sqrt(8)) < 1e-7
+    assert_same_outputs(original, m, **TOL)
+
+
+def _plain(text):
+    return text.replace("m = Identity(s)  p = Softmax <axis = -1> (m)", "p = Softmax <axis = -1> (s)")
+
+
+def test_torch_sdpa_spelling_scales_q_and_k_and_adds_a_mask():
+    text = f"""g ({QKV}, float[5,6] mask) => (float[2,4,5,8] y) <float c = {{0.59460354}}> {{
+        kt = Transpose <perm = [0, 1, 3, 2]> (k)  qs = Mul(q, c)  ks = Mul(kt, c)  s = MatMul(qs, ks)
+        a = Add(s, mask)  p = Softmax <axis = -1> (a)  y = MatMul(p, v)
+    }}"""
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert structure(m) == [("Attention", ["q", "k", "v", "mask"], ["y"])]
+    assert abs(attention_of(m).attributes["scale"] - 0.59460354 ** 2) < 1e-7
+    assert_same_outputs(original, m, **TOL)
+
+
+@pytest.mark.parametrize("mask_type", ["float[2,1,5,6]", "float[1,4,5,6]", "float[4,5,6]", "float[2,4,5,6]"])
+def test_mask_shapes_onnxruntime_takes(mask_type):
+    text = bhsd("s = Mul(qk, c)", f", {mask_type} mask", "m = Add(mask, s)", consts="float c = {0.35355339}")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert structure(m) == [("Attention", ["q", "k", "v", "mask"], ["y"])]
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_padding_mask_is_expanded_over_query_positions():
+    text = bhsd("s = Mul(qk, c)", ", float[2,1,1,6] mask", "m = Add(s, mask)", consts="float c = {0.35355339}")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert ops(m) == ["Expand", "Attention"]
+    assert m.graph.nodes[0].inputs[1].initializer.numpy().tolist() == [1, 1, 5, 1]
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_padding_mask_over_unknown_query_positions_refuses():
+    io = "float[2,4,S,8] q, float[2,4,6,8] k, float[2,4,6,8] v"
+    text = bhsd("s = Mul(qk, c)", ", float[2,1,1,6] mask", "m = Add(s, mask)", io=io, out="float[2,4,S,8] y",
+                consts="float c = {0.35355339}")
+    m, r, _ = fuse("fuse_attention", text, opset=23)
+    assert not r.modified and near(r, "broadcasts over the query positions (S), and their count is unknown")
+
+
+def test_mask_with_an_unknown_heads_dim_refuses():
+    text = bhsd("s = Mul(qk, c)", ", float[N,5,6] mask", "m = Add(s, mask)", consts="float c = {0.35355339}")
+    m, r, _ = fuse("fuse_attention", text, opset=23)
+    assert not r.modified and near(r, "the mask ['N', 5, 6] does not fit the heads (4)")
+
+
+def test_no_scale_means_scale_one():
+    m, r, original = fuse("fuse_attention", _plain(bhsd("s = Identity(qk)")).replace("s = Identity(qk)  ", "")
+                          .replace("Softmax <axis = -1> (s)", "Softmax <axis = -1> (qk)"), opset=23)
+    assert ops(m) == ["Attention"] and attention_of(m).attributes["scale"] == 1.0
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_symbolic_batch_and_sequence_fuse():
+    io = "float[B,4,S,8] q, float[B,4,T,8] k, float[B,4,T,8] v"
+    m, r, original = fuse("fuse_attention", _plain(bhsd(io=io, out="float[B,4,S,8] y")), opset=23)
+    assert ops(m) == ["Attention"]
+
+
+def test_heads_broadcast_by_matmul_refuse():
+    io = "float[2,4,5,8] q, float[2,1,6,8] k, float[2,1,6,8] v"
+    m, r, _ = fuse("fuse_attention", _plain(bhsd(io=io)), opset=23)
+    assert not r.modified and near(r, "do not provably share batch and heads")
+
+
+@pytest.mark.parametrize("target", ["onnx", "ort"])
+def test_opset_below_23_refuses(target):
+    m, r, _ = fuse("fuse_attention", _plain(bhsd()), opset=20, target=target)
+    assert not r.modified and near(r, "Attention needs opset 23; the model imports 20")
+
+
+def test_softmax_not_over_the_last_axis_refuses():
+    m, r, _ = fuse("fuse_attention", _plain(bhsd(softmax="p = Softmax <axis = 2> (m)")).replace(
+        "p = Softmax <axis = 2> (m)", "p = Softmax <axis = 2> (s)").replace("m = Identity(s)  ", ""), opset=23)
+    assert not r.modified and near(r, "the Softmax is over axis 2, not the last")
+
+
+def test_probabilities_returned_do_not_fuse():
+    text = _plain(bhsd(out="float[2,4,5,8] y, float[2,4,5,6] p"))
+    m, r, _ = fuse("fuse_attention", text, opset=23)
+    assert not r.modified and near(r, "its output 'p' is a graph output")
+
+
+SPLIT_MERGE = """g (float[2,5,32] q3, float[2,6,32] k3, float[2,6,32] v3, float[2,1,5,6] mask) => ({out}) <
+        int64[4] qsh = {{2, 5, -1, 8}}, int64[4] ksh = {{2, 6, -1, 8}}, int64[3] osh = {{{merge}}}, float c = {{0.35355339}}> {{
+    qr = Reshape(q3, qsh)  qh = Transpose <perm = [0, 2, 1, 3]> (qr)
+    kr = Reshape(k3, ksh)  kt = Transpose <perm = [0, 2, 3, 1]> (kr)
+    vr = Reshape(v3, ksh)  vh = Transpose <perm = [0, 2, 1, 3]> (vr)
+    qk = MatMul(qh, kt)  s = Mul(qk, c)  a = Add(s, mask)  p = Softmax <axis = -1> (a)  ctx = MatMul(p, vh)
+    ct = Transpose <perm = [0, 2, 1, 3]> (ctx)  y = Reshape(ct, osh)
+}}"""
+
+
+def test_head_split_and_merge_are_absorbed():
+    m, r, original = fuse("fuse_attention", SPLIT_MERGE.format(out="float[2,5,32] y", merge="2, 5, -1"), opset=23)
+    assert structure(m) == [("Attention", ["q3", "k3", "v3", "mask"], ["y"])]
+    attrs = attention_of(m).attributes
+    assert attrs["q_num_heads"] == 4 and attrs["kv_num_heads"] == 4
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_merge_that_flattens_further_keeps_its_reshape():
+    # GPT-2 merges batch and sequence too, for its Gemm: [B*S, H*Dv].
+    text = SPLIT_MERGE.format(out="float[10,32] y", merge="-1, 32").replace("int64[3] osh", "int64[2] osh")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert ops(m) == ["Attention", "Reshape"] and structure(m)[1][1][1] == "osh"
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_k_transposed_from_bshd_gets_its_own_transpose():
+    text = """g (float[2,4,5,8] q, float[2,6,4,8] kb, float[2,4,6,8] v) => (float[2,4,5,8] y) <float c = {0.35355339}> {
+        kt = Transpose <perm = [0, 2, 3, 1]> (kb)  qk = MatMul(q, kt)  s = Mul(qk, c)  p = Softmax <axis = -1> (s)
+        y = MatMul(p, v)
+    }"""
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert ops(m) == ["Transpose", "Attention"] and m.graph.nodes[0].attributes["perm"] == [0, 2, 1, 3]
+    assert_same_outputs(original, m, **TOL)
+
+
+def _mha():
+    import torch
+
+    class SelfAttention(torch.nn.Module):
+        """BERT's: project, split heads, scores / sqrt(d) + mask, softmax, merge heads."""
+
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(3))
+
+        def forward(self, x, mask):
+            b, s, _ = x.shape
+            q, k, v = (f(x).view(b, s, 4, 8).transpose(1, 2) for f in (self.q, self.k, self.v))
+            scores = q @ k.transpose(-1, -2) / math.sqrt(8) + mask
+            return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, 32)
+
+    return SelfAttention()
+
+
+def test_torch_self_attention_module():
+    import torch
+
+    proto = export(_mha(), (torch.randn(2, 5, 32), torch.randn(2, 1, 5, 5)), 23)
+    m, report = optimized(proto)
+    assert ops(m).count("Attention") == 1 and "Softmax" not in ops(m) and "Transpose" not in ops(m)
+    assert report["check"]["first_mismatch"] is None
+
+
+def test_torch_scaled_dot_product_attention():
+    import torch
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v, mask):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    args = (torch.randn(2, 4, 5, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8), torch.randn(5, 6))
+    m, report = optimized(export(Sdpa(), args, 23))
+    assert ops(m) == ["Attention"] and report["check"]["first_mismatch"] is None
