@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
 import mmap
 import os
 import platform
@@ -92,9 +93,33 @@ def evict(paths) -> None:
             os.close(fd)
 
 
+def error_line(text: str) -> str:
+    """The line that says what went wrong: the exception line of a traceback,
+    else the first line that looks like an error, else the last line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        head = ln.split(":", 1)[0]
+        if head.endswith(("Error", "Exception", "Exit", "Interrupt")) and " " not in head:
+            return ln[:160]
+    for ln in lines:
+        low = ln.lower()
+        if "error" in low or "fail" in low:
+            return ln[:160]
+    return lines[-1][:160] if lines else ""
+
+
 def median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
+
+
+def geomean(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    if any(x <= 0 for x in xs):
+        return 0.0
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 def table(headers, rows) -> str:

@@ -47,6 +47,9 @@ def _prune(model: Model, patterns: Iterable[str]) -> None:
             model.graph.remove_output(i)
 
 
+TARGETS = ("onnx", "ort")
+
+
 def optimize(
     source,
     output: Optional[str] = None,
@@ -65,6 +68,7 @@ def optimize(
     input_shapes: Optional[dict] = None,
     batch: Optional[int] = None,
     check_inputs: Optional[dict] = None,
+    target: str = "onnx",
     progress=None,
 ) -> tuple:
     """Optimizes a model (path, bytes, onnx.ModelProto or Model) and returns
@@ -73,7 +77,11 @@ def optimize(
     it (or is only reported, with `force`). `exclude_nodes` are node names or
     globs no pass may touch; one that matches no node is an error.
     `prune_outputs` are graph-output names or globs (e.g. "aux_*") to drop,
-    with the branches only they needed; the check compares the outputs kept."""
+    with the branches only they needed; the check compares the outputs kept.
+    `target`: "onnx" emits standard ops only; "ort" lets fusions emit
+    onnxruntime's com.microsoft ops (FastGelu, SkipLayerNormalization, ...)."""
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
     if isinstance(source, Model):  # possibly edited in memory: its current state counts, not its file
         original_ref = source.to_bytes()
         original = source
@@ -88,7 +96,7 @@ def optimize(
     kept_outputs = [v.name for v in model.graph.outputs]
     fixed = shapes.fix_input_shapes(model, input_shapes or {}, batch) if input_shapes or batch is not None else []
     options = PassOptions(fold_size_limit=fold_size_limit, allow_lossy=allow_lossy,
-                          remove_training_residue=remove_training_residue)
+                          remove_training_residue=remove_training_residue, target=target)
     model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations, options=options,
                                  progress=progress)
     report = {
@@ -101,7 +109,7 @@ def optimize(
         "op_counts_after": _op_counts(model),
         "inputs_fixed": fixed,
         "options": {"fold_size_limit": fold_size_limit, "allow_lossy": allow_lossy,
-                    "remove_training_residue": remove_training_residue},
+                    "remove_training_residue": remove_training_residue, "target": target},
         "iterations": pipeline.iterations,
         "converged": pipeline.converged,
         "passes": [dict(name=r.name, iteration=r.iteration, seconds=r.seconds, modified=r.modified, **r.stats)

@@ -49,7 +49,7 @@ def test_info_counts_subgraphs_and_functions(if_model, tmp_path, capsys):
 def test_demo_runs(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "round trip identical" in out and "16 -> 13 nodes" in out and "onnxruntime outputs match" in out
+    assert "round trip identical" in out and "16 -> 12 nodes" in out and "onnxruntime outputs match" in out
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -111,10 +111,12 @@ def test_optimize_flags_reach_the_report(cnn_path, tmp_path, capsys):
     np.savez(inputs, image=x)
     report = tmp_path / "r.json"
     rc = main(["optimize", str(cnn_path), str(tmp_path / "o.onnx"), "--fold-size-limit", "64KiB", "--allow-lossy",
-               "--remove-training-residue", "--batch", "1", "--check-inputs", str(inputs), "--report", str(report)])
+               "--remove-training-residue", "--batch", "1", "--check-inputs", str(inputs), "--report", str(report),
+               "--target", "ort"])
     assert rc == 0
     r = json.loads(report.read_text())
-    assert r["options"] == {"fold_size_limit": 65536, "allow_lossy": True, "remove_training_residue": True}
+    assert r["options"] == {"fold_size_limit": 65536, "allow_lossy": True, "remove_training_residue": True,
+                            "target": "ort"}
     assert r["check"]["first_mismatch"] is None and r["check"]["seed"] is None
     assert "checked in onnxruntime: 1 outputs match" in capsys.readouterr().out
     np.savez(inputs, other=x)

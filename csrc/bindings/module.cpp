@@ -10,6 +10,8 @@
 
 #include "fold/kernels.h"
 #include "ir/model.h"
+#include "match/pattern.h"
+#include "passes/bypass.h"
 #include "passes/pass.h"
 #include "proto/reader.h"
 #include "proto/type_info.h"
@@ -229,6 +231,124 @@ ir::Node* unlinked_node(ir::Graph& g, const std::string& op_type, const std::vec
   return node;
 }
 
+// A Python value as an attribute: int/bool, float, str/bytes, a list of
+// ints, floats or strs, or ("tensor", data_type, dims, bytes).
+ir::Attribute make_attribute(const std::string& name, const py::handle& value) {
+  ir::Attribute a;
+  a.name.set(name);
+  auto set_type = [&](ir::AttrType t) { a.type.set(int32_t(t)); };
+  if (py::isinstance<py::bool_>(value) || py::isinstance<py::int_>(value)) {
+    set_type(ir::AttrType::kInt);
+    a.i.set(value.cast<int64_t>());
+  } else if (py::isinstance<py::float_>(value)) {
+    set_type(ir::AttrType::kFloat);
+    a.f.set(value.cast<float>());
+  } else if (py::isinstance<py::str>(value) || py::isinstance<py::bytes>(value)) {
+    set_type(ir::AttrType::kString);
+    a.s.set(value.cast<std::string>());
+  } else if (py::isinstance<py::tuple>(value) && py::len(value) == 4 && py::isinstance<py::str>(value[py::int_(0)]) &&
+             value[py::int_(0)].cast<std::string>() == "tensor") {
+    const auto data_type = value[py::int_(1)].cast<int32_t>();
+    auto dims = value[py::int_(2)].cast<std::vector<int64_t>>();
+    std::string bytes = checked_data("set_attribute", data_type, dims, value[py::int_(3)].cast<py::bytes>());
+    set_type(ir::AttrType::kTensor);
+    a.t = std::make_unique<ir::Tensor>();
+    a.t->dims = std::move(dims);
+    a.t->data_type.set(data_type);
+    a.t->set_raw(ir::Blob::owned(std::move(bytes)));
+  } else if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    bool all_int = true, all_str = true;
+    for (const auto& x : value) {
+      all_int = all_int && (py::isinstance<py::int_>(x) || py::isinstance<py::bool_>(x));
+      all_str = all_str && py::isinstance<py::str>(x);
+    }
+    if (all_int) {
+      set_type(ir::AttrType::kInts);
+      for (const auto& x : value) a.ints.push_back(x.cast<int64_t>());
+    } else if (all_str) {
+      set_type(ir::AttrType::kStrings);
+      for (const auto& x : value) a.strings.push_back(x.cast<std::string>());
+    } else {
+      set_type(ir::AttrType::kFloats);
+      for (const auto& x : value) a.floats.push_back(x.cast<float>());
+    }
+  } else {
+    throw py::type_error("attribute " + name + ": cannot store a " + std::string(py::str(py::type::of(value))));
+  }
+  return a;
+}
+
+// A copy of a plain attribute (subgraphs and sparse tensors are refused).
+ir::Attribute copy_attribute(const ir::Attribute& a, const ir::Node& owner) {
+  if (a.g || !a.graphs.empty() || a.sparse_tensor || !a.sparse_tensors.empty())
+    throw py::value_error("copy_attributes: " + owner.display_name() + " attribute " + a.name.value +
+                          " holds a subgraph or sparse tensor");
+  ir::Attribute c;
+  c.name = a.name;
+  c.ref_attr_name = a.ref_attr_name;
+  c.doc_string = a.doc_string;
+  c.type = a.type;
+  c.f = a.f;
+  c.i = a.i;
+  c.s = a.s;
+  if (a.t) c.t = std::make_unique<ir::Tensor>(*a.t);
+  c.tp = a.tp;
+  c.floats = a.floats;
+  c.ints = a.ints;
+  c.strings = a.strings;
+  for (const auto& t : a.tensors) c.tensors.push_back(std::make_unique<ir::Tensor>(*t));
+  c.type_protos = a.type_protos;
+  c.extra = a.extra;
+  return c;
+}
+
+// A pattern from the list of element dicts that pyonnxopt/fusion/pattern.py builds.
+match::Pattern make_pattern(const py::list& elements) {
+  match::Pattern p;
+  for (const auto& h : elements) {
+    const py::dict d = h.cast<py::dict>();
+    match::Element& e = p.elements.emplace_back();
+    auto get = [&](const char* key) { return d.contains(key) ? py::object(d[key]) : py::object(py::none()); };
+    e.kind = d["kind"].cast<std::string>() == "op" ? match::Element::Kind::kOp : match::Element::Kind::kValue;
+    e.name = d["name"].cast<std::string>();
+    if (!get("op_types").is_none()) e.op_types = d["op_types"].cast<std::vector<std::string>>();
+    if (!get("domain").is_none()) e.domain = d["domain"].cast<std::string>();
+    if (!get("inputs").is_none()) e.inputs = d["inputs"].cast<std::vector<int>>();
+    if (!get("commutative").is_none()) e.commutative = d["commutative"].cast<bool>();
+    if (!get("exclusive").is_none()) e.exclusive = d["exclusive"].cast<bool>();
+    if (!get("output_index").is_none()) e.output_index = d["output_index"].cast<int>();
+    if (!get("constant").is_none()) e.constant = d["constant"].cast<bool>();
+    if (!get("optional").is_none()) e.optional = d["optional"].cast<bool>();
+    if (!get("dtype").is_none()) e.dtype = d["dtype"].cast<int32_t>();
+    if (!get("rank").is_none()) e.rank = d["rank"].cast<int>();
+    if (!get("scalar").is_none()) e.scalar = d["scalar"].cast<bool>();
+    if (!get("value").is_none()) {
+      e.has_value = true;
+      e.value = d["value"].cast<double>();
+    }
+    if (!get("attrs").is_none()) {
+      for (const auto& ah : d["attrs"].cast<py::list>()) {
+        const py::dict ad = ah.cast<py::dict>();
+        match::AttrConstraint& c = e.attrs.emplace_back();
+        c.name = ad["name"].cast<std::string>();
+        const ir::Attribute a = make_attribute(c.name, ad["value"]);
+        c.type = ir::AttrType(a.type.value);
+        if (a.i.has) c.ints = {a.i.value};
+        if (a.f.has) c.floats = {double(a.f.value)};
+        if (a.s.has) c.s = a.s.value;
+        if (c.type == ir::AttrType::kInts) c.ints = a.ints;
+        if (c.type == ir::AttrType::kFloats) c.floats.assign(a.floats.begin(), a.floats.end());
+        if (c.type == ir::AttrType::kStrings || c.type == ir::AttrType::kTensor)
+          throw py::value_error("pattern attribute " + c.name + ": only ints, floats, strings and int/float lists");
+        c.absent_ok = ad.contains("absent_ok") && ad["absent_ok"].cast<bool>();
+      }
+    }
+  }
+  std::string why = p.validate();
+  if (!why.empty()) throw py::value_error("pattern: " + why);
+  return p;
+}
+
 proto::LoadOptions load_options(const std::string& base_dir, bool allow_outside) {
   proto::LoadOptions o;
   o.base_dir = base_dir;
@@ -271,6 +391,18 @@ PYBIND11_MODULE(_core, m) {
                                for (auto& [d, v] : out) l.append(py::make_tuple(text(d), v));
                                return l;
                              })
+      .def("set_opset_import",
+           [](ir::Model& x, const std::string& domain, int64_t version) {
+             for (auto& o : x.opset_import)
+               if (o.domain.value == domain) {
+                 o.version.set(version);
+                 return;
+               }
+             ir::OpsetId& o = x.opset_import.emplace_back();
+             o.domain.set(domain);
+             o.version.set(version);
+           },
+           "Imports `domain` at `version` (replacing the version it had).")
       .def_property_readonly("path", [](const ir::Model& x) { return text(x.path); })
       .def_property_readonly("base_dir", [](const ir::Model& x) { return text(x.base_dir); })
       .def_property_readonly("graph", [](const ModelPtr& x) { return ref_or_none(x, x->graph.get()); })
@@ -450,6 +582,50 @@ PYBIND11_MODULE(_core, m) {
            },
            py::arg("value"), py::arg("data_type"), py::arg("dims"), py::arg("data"), py::arg("as_node") = false,
            "Makes a node output a constant under its own name (an initializer, or a Constant node with as_node).")
+      .def("add_initializer",
+           [](const GraphRef& g, const std::string& name, int32_t data_type, std::vector<int64_t> dims, py::bytes data) {
+             std::string bytes = checked_data("add_initializer", data_type, dims, data);
+             auto t = std::make_unique<ir::Tensor>();
+             t->dims = std::move(dims);
+             t->data_type.set(data_type);
+             t->set_raw(ir::Blob::owned(std::move(bytes)));
+             return ValueRef{g.model, g.ptr->add_initializer(name, std::move(t))};
+           },
+           py::arg("name"), py::arg("data_type"), py::arg("dims"), py::arg("data"),
+           "A new initializer (the name must be free in this graph); returns its value.")
+      .def("bypass",
+           [](const GraphRef& g, const NodeRef& n, const ValueRef& in, const ValueRef& out) -> py::object {
+             const char* why = passes::bypass(*g.ptr, n.ptr, in.ptr, out.ptr);
+             return why ? py::object(py::str(why)) : py::object(py::none());
+           },
+           py::arg("node"), py::arg("input"), py::arg("output"),
+           "Readers of `output` (of `node`) read `input`; the node goes. Graph output names are kept. "
+           "Returns None, or why it refused (graph unchanged).")
+      .def("unique_name", [](const GraphRef& g, const std::string& hint) { return text(g.ptr->unique_name(hint)); },
+           "`hint`, or `hint_N`: a name no value in scope has.")
+      .def("match",
+           [](const GraphRef& g, const std::shared_ptr<match::Pattern>& p) {
+             match::Matches found;
+             {
+               py::gil_scoped_release nogil;
+               found = match::find_all(*g.ptr, *p);
+             }
+             py::list matches, near;
+             for (const auto& m : found.found) {
+               py::list bound;
+               for (size_t e = 0; e < p->elements.size(); ++e) {
+                 if (p->elements[e].kind == match::Element::Kind::kOp)
+                   bound.append(NodeRef{g.model, m.nodes[e]});
+                 else
+                   bound.append(ref_or_none(g.model, m.values[e]));
+               }
+               matches.append(bound);
+             }
+             for (const auto& n : found.near) near.append(py::make_tuple(NodeRef{g.model, n.anchor}, text(n.reason)));
+             return py::make_tuple(matches, near);
+           },
+           py::arg("pattern"),
+           "Every match of a Pattern in this graph (bindings in element order) and the near misses (root node, reason).")
       .def("clear_value_info", [](const GraphRef& g) { return g.ptr->clear_value_info(); },
            "Drops every value_info entry; returns how many.")
       .def("set_value_type",
@@ -521,6 +697,32 @@ PYBIND11_MODULE(_core, m) {
                                return d;
                              })
       .def_property_readonly("subgraphs", [](const NodeRef& n) { return refs(n.model, n.ptr->subgraphs()); })
+      .def("set_attribute",
+           [](const NodeRef& n, const std::string& name, const py::object& value) {
+             ir::Attribute a = make_attribute(name, value);
+             for (auto& old : n.ptr->attributes)
+               if (old.name.value == name) {
+                 old = std::move(a);
+                 return;
+               }
+             n.ptr->attributes.push_back(std::move(a));
+           },
+           "Sets an attribute: int, float, str, a list of those, or (\"tensor\", data_type, dims, bytes).")
+      .def("remove_attribute",
+           [](const NodeRef& n, const std::string& name) {
+             auto& as = n.ptr->attributes;
+             for (auto it = as.begin(); it != as.end(); ++it)
+               if (it->name.value == name) {
+                 as.erase(it);
+                 return true;
+               }
+             return false;
+           })
+      .def("copy_attributes",
+           [](const NodeRef& n, const NodeRef& from) {
+             for (const auto& a : from.ptr->attributes) n.ptr->attributes.push_back(copy_attribute(a, *from.ptr));
+           },
+           "Appends copies of another node's attributes (not subgraphs or sparse tensors).")
       .def("attribute_protos",
            [](const NodeRef& n) {
              py::list l;
@@ -637,6 +839,10 @@ PYBIND11_MODULE(_core, m) {
         return ModelPtr(std::move(model));
       },
       py::arg("data"), py::arg("base_dir") = "", py::arg("allow_external_outside") = false);
+  py::class_<match::Pattern, std::shared_ptr<match::Pattern>>(m, "Pattern")
+      .def(py::init([](const py::list& elements) { return std::make_shared<match::Pattern>(make_pattern(elements)); }),
+           "A pattern from element dicts (see pyonnxopt/fusion/pattern.py).")
+      .def("__len__", [](const match::Pattern& p) { return p.elements.size(); });
   m.attr("PROTOBUF_LIMIT") = proto::kProtobufLimit;
   m.def("fold_kernel_ops", [] { return fold::kernel_ops(); }, "Ops the native folding kernels evaluate.");
   m.def("native_passes", [] {

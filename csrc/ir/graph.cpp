@@ -369,6 +369,20 @@ void Graph::replace_all_uses(Value* from, Value* to) {
   }
 }
 
+Value* Graph::split_output(Node* node, int index, std::string fresh_name) {
+  if (node->graph != this || node->removed) throw ModelError("node " + node->display_name() + " is not in this graph");
+  if (index < 0 || index >= static_cast<int>(node->outputs.size()) || !node->outputs[index])
+    throw std::out_of_range("output index");
+  Value* old = node->outputs[index];
+  Value* fresh = create_value(std::move(fresh_name));
+  node->outputs[index] = fresh;
+  fresh->producer = node;
+  fresh->producer_index = index;
+  old->producer = nullptr;
+  old->producer_index = -1;
+  return fresh;
+}
+
 void Graph::set_constant(Value* v, std::unique_ptr<Tensor> t, bool as_node) {
   Node* producer = v->producer;
   if (v->graph != this || !producer || producer->removed)
@@ -395,6 +409,20 @@ void Graph::set_constant(Value* v, std::unique_ptr<Tensor> t, bool as_node) {
   bool left = false;
   for (const Value* o : producer->outputs) left = left || o;
   if (!left) remove_node(producer);
+}
+
+Value* Graph::add_initializer(std::string value_name, std::unique_ptr<Tensor> t) {
+  Value* v = create_value(std::move(value_name));
+  t->name.set(v->name);
+  v->initializer = t.get();
+  initializers.push_back(std::move(t));
+  return v;
+}
+
+std::string Graph::unique_name(std::string_view hint) const {
+  std::string name(hint);
+  for (int i = 1; lookup(name); ++i) name = std::string(hint) + "_" + std::to_string(i);
+  return name;
 }
 
 void Graph::set_value_type(Value* v, std::string type) {

@@ -322,12 +322,23 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   Node* replace_node(Node* old_node, Node* replacement);
   // Redirects every reader of `from` (nodes anywhere and graph outputs) to `to`.
   void replace_all_uses(Value* from, Value* to);
+  // Gives `node` a new output value named `fresh_name` in place of its output
+  // `index`, and returns it. The old value keeps its name, readers,
+  // graph-output entries and type but has no producer: give it to a new node
+  // (add_node) at once, e.g. to put a node between `node` and its readers.
+  Value* split_output(Node* node, int index, std::string fresh_name);
   // Makes `v`, an output of a node of this graph, a constant holding `t`
   // under its own name: an initializer, or, with `as_node` (function bodies
   // have no initializers), the output of a new Constant node placed where its
   // producer was. Readers and value_info stay. The producer loses that output
   // and is removed once it has none left, so fold every read output of a node.
   void set_constant(Value* v, std::unique_ptr<Tensor> t, bool as_node);
+  // A new initializer named `name` (throws ModelError when the name is
+  // taken in this scope) holding `t`; returns its value.
+  Value* add_initializer(std::string name, std::unique_ptr<Tensor> t);
+  // `hint`, or `hint_1`, `hint_2`, ...: the first name no value in this
+  // scope or an enclosing one has.
+  std::string unique_name(std::string_view hint) const;
   // Sets the TypeProto (raw bytes) describing `v`: its input/output/value_info
   // entry, or a new value_info entry.
   void set_value_type(Value* v, std::string type);

@@ -23,22 +23,32 @@ int own_output_refs(const Graph& g, const Value* v) {
 
 }  // namespace
 
-const char* bypass(Graph& g, Node* node, Value* in, Value* out) {
-  if (node->pinned) return "excluded from optimization";
+const char* why_not_reroute(const Graph& g, const Value* in, const Value* out) {
+  return why_not_reroute(g, in, out, in ? in->uses.size() : 0);
+}
+
+const char* why_not_reroute(const Graph& g, const Value* in, const Value* out, size_t in_readers) {
   if (!in) return "no input";
   if (!out) return "no output";
   if (in->graph != &g && out->is_graph_output()) return "output is a graph output and the input is from an enclosing graph";
   if (out->graph_output_refs != own_output_refs(g, out)) return "output is an output of a subgraph";
   if (shadowed_for_a_reader(g, out, in->name)) return "a reading subgraph defines the input's name itself";
+  if (!out->is_graph_output()) return nullptr;
+  // The graph output keeps its name: the input's producer writes it directly.
+  if (!in->producer || in->producer->graph != &g) return "output is a graph output and the input is a graph input, initializer or outer value";
+  if (in->is_graph_output()) return "output and input are both graph outputs";
+  if (in_readers != 1) return "output is a graph output and the input has other readers";
+  return nullptr;
+}
+
+const char* bypass(Graph& g, Node* node, Value* in, Value* out) {
+  if (node->pinned) return "excluded from optimization";
+  if (const char* why = why_not_reroute(g, in, out)) return why;
   if (!out->is_graph_output()) {
     g.replace_all_uses(out, in);
     g.remove_node(node);
     return nullptr;
   }
-  // The graph output keeps its name: the input's producer writes it directly.
-  if (!in->producer || in->producer->graph != &g) return "output is a graph output and the input is a graph input, initializer or outer value";
-  if (in->is_graph_output()) return "output and input are both graph outputs";
-  if (in->uses.size() != 1) return "output is a graph output and the input has other readers";
   const std::string name = out->name;
   g.replace_all_uses(out, in);
   g.remove_node(node);

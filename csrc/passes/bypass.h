@@ -15,6 +15,13 @@ namespace pyonnxopt::passes {
 // alone. Returns nullptr when done, else why it refused (graph unchanged).
 const char* bypass(ir::Graph& g, ir::Node* node, ir::Value* in, ir::Value* out);
 
+// What bypass checks about the values alone (not the node): nullptr when
+// every reader of `out`, and the graph output naming it, can take `in`.
+const char* why_not_reroute(const ir::Graph& g, const ir::Value* in, const ir::Value* out);
+// The same at a moment when `in` has `in_readers` readers: for passes that
+// decide before they edit.
+const char* why_not_reroute(const ir::Graph& g, const ir::Value* in, const ir::Value* out, size_t in_readers);
+
 // A judge's answer for a node that is not of the kind its pass removes.
 extern const char* const kNotMine;
 

@@ -92,6 +92,7 @@ bool same_data(const Tensor& a, const Tensor& b) {
 void merge_initializers(Graph& g, PassStats& stats) {
   // Candidates share data type, dims and size; only those are compared byte for byte.
   std::map<std::tuple<int32_t, std::vector<int64_t>, uint64_t>, std::vector<Value*>> groups;
+  std::map<std::string, std::string> merged;  // copy -> the initializer it now reads
   for (const auto& t : g.initializers) {
     Value* v = g.find_local(t->name.value);
     if (!v || v->initializer != t.get() || v->is_graph_input || v->is_graph_output()) continue;
@@ -109,12 +110,21 @@ void merge_initializers(Graph& g, PassStats& stats) {
           stats.refused.push_back("initializer '" + copy->name + "': a reading subgraph defines '" + kept->name + "'");
           continue;
         }
+        merged[copy->name] = kept->name;
         g.replace_all_uses(copy, kept);
         values[j] = nullptr;
       }
     }
   }
-  stats.initializers_removed += static_cast<int64_t>(g.remove_unused_initializers(stats.removed));
+  // Only a merge makes this pass drop initializers (unread ones are dead
+  // code's to report); any already unread go along, named as such.
+  if (merged.empty()) return;
+  std::vector<std::string> removed;
+  stats.initializers_removed += static_cast<int64_t>(g.remove_unused_initializers(removed));
+  for (const auto& name : removed) {
+    auto it = merged.find(name);
+    stats.removed.push_back(it != merged.end() ? name + " (same as " + it->second + ")" : name + " (unread)");
+  }
 }
 
 }  // namespace

@@ -15,16 +15,6 @@ using fold::Array;
 
 namespace {
 
-// The tensor a constant value holds: an initializer that is not also a
-// graph input (an input can be fed), or a Constant node's `value`.
-const Tensor* constant_tensor(const Value* v) {
-  if (v->initializer && !v->is_graph_input) return v->initializer;
-  const Node* p = v->producer;
-  if (!p || p->op_type.value != "Constant" || !p->domain.value.empty() || p->attributes.size() != 1) return nullptr;
-  const Attribute& a = p->attributes[0];
-  return a.name.value == "value" ? a.t.get() : nullptr;
-}
-
 // The constants of one graph scope, read once and cached.
 class Constants {
  public:
@@ -34,7 +24,7 @@ class Constants {
     if (it != cache_.end()) return it->second.dtype ? &it->second : nullptr;
     Array& a = cache_[v];
     std::string why;
-    const Tensor* t = constant_tensor(v);
+    const Tensor* t = known_constant(v);
     if (!t || !fold::to_array(*t, a, why)) a = Array{};
     return a.dtype ? &a : nullptr;
   }
@@ -54,7 +44,7 @@ using Partials = std::unordered_map<const Value*, fold::Partial>;
 // declared type (value_info, graph input or output), a dim_param being
 // unknown. nullopt without a type or a rank.
 std::optional<fold::PartialDims> known_dims(const Value* v) {
-  if (const Tensor* t = constant_tensor(v)) {
+  if (const Tensor* t = known_constant(v)) {
     if (std::any_of(t->dims.begin(), t->dims.end(), [](int64_t d) { return d < 0; })) return std::nullopt;
     return fold::PartialDims(t->dims.begin(), t->dims.end());
   }
@@ -126,14 +116,48 @@ bool frees(const Node& n, size_t i) {
 
 bool is_read(const Value* v) { return v && (!v->uses.empty() || v->is_graph_output()); }
 
+// The tensor a Constant node's one attribute states: `value` itself, or
+// value_float(s) / value_int(s) / value_string(s) as a FLOAT / INT64 / STRING
+// scalar or vector (torch's dynamo exporter writes value_ints for shapes).
+// nullptr for sparse_value and anything malformed.
+std::unique_ptr<Tensor> constant_tensor(Attribute& a) {
+  const std::string& name = a.name.value;
+  if (name == "value") return a.t ? std::move(a.t) : nullptr;
+  auto t = std::make_unique<Tensor>();
+  auto raw = [&](int32_t dtype, const void* data, size_t bytes, bool scalar, size_t count) {
+    t->data_type.set(dtype);
+    if (!scalar) t->dims = {int64_t(count)};
+    t->set_raw(Blob::owned(std::string(static_cast<const char*>(data), bytes)));
+  };
+  if (name == "value_float" && a.f.has) {
+    raw(1, &a.f.value, sizeof(float), true, 1);
+  } else if (name == "value_floats") {
+    raw(1, a.floats.data(), a.floats.size() * sizeof(float), false, a.floats.size());
+  } else if (name == "value_int" && a.i.has) {
+    raw(7, &a.i.value, sizeof(int64_t), true, 1);
+  } else if (name == "value_ints") {
+    raw(7, a.ints.data(), a.ints.size() * sizeof(int64_t), false, a.ints.size());
+  } else if (name == "value_string" && a.s.has) {
+    t->data_type.set(8);
+    t->string_data = {a.s.value};
+  } else if (name == "value_strings") {
+    t->data_type.set(8);
+    t->dims = {int64_t(a.strings.size())};
+    t->string_data = a.strings;
+  } else {
+    return nullptr;
+  }
+  return t;
+}
+
 // Constant node -> initializer (same name), where initializers are allowed.
 bool constant_to_initializer(Graph& g, Node* n, Constants& constants) {
   if (n->outputs.size() != 1 || !n->outputs[0] || n->attributes.size() != 1) return false;
-  Attribute& a = n->attributes[0];
-  if (a.name.value != "value" || !a.t) return false;  // value_float, value_ints, sparse_value: left as they are
+  if (n->attributes[0].ref_attr_name.has) return false;  // a function attribute's value, unknown here
+  std::unique_ptr<Tensor> t = constant_tensor(n->attributes[0]);
+  if (!t) return false;
   Value* v = n->outputs[0];
   constants.forget(v);
-  std::unique_ptr<Tensor> t = std::move(a.t);
   g.set_constant(v, std::move(t), false);
   return true;
 }

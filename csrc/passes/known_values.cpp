@@ -46,6 +46,15 @@ int32_t known_elem_type(const Value* v) {
   return 0;
 }
 
+const Tensor* known_constant(const Value* v) {
+  if (!v) return nullptr;
+  if (const Tensor* t = constant_tensor(v)) return t;
+  const Node* p = v->producer;
+  if (!p || p->op_type.value != "Constant" || !p->domain.value.empty() || p->attributes.size() != 1) return nullptr;
+  const Attribute& a = p->attributes[0];
+  return a.name.value == "value" ? a.t.get() : nullptr;
+}
+
 std::optional<std::vector<int64_t>> known_shape(const Value* v) {
   if (const Tensor* t = constant_tensor(v)) return t->dims;
   auto t = declared_tensor_type(v);

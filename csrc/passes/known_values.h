@@ -15,6 +15,11 @@ namespace pyonnxopt::passes {
 // declared type, or the `to` of the Cast that makes it), else 0.
 int32_t known_elem_type(const ir::Value* v);
 
+// The tensor a constant value holds: an initializer that is not also a
+// graph input (an input can be fed), or a standard Constant node's `value`;
+// nullptr otherwise.
+const ir::Tensor* known_constant(const ir::Value* v);
+
 // A dimension whose size is not stated (symbolic or missing).
 constexpr int64_t kUnknownDim = -1;
 

@@ -1,11 +1,14 @@
 #include "passes/pass.h"
 
+#include "passes/collapse_reshapes.h"
 #include "passes/eliminate_common_subexpressions.h"
 #include "passes/eliminate_dead_code.h"
 #include "passes/eliminate_dropout.h"
 #include "passes/eliminate_identity.h"
 #include "passes/eliminate_nop.h"
 #include "passes/fold_constants.h"
+#include "passes/optimize_transposes.h"
+#include "passes/simplify_algebra.h"
 
 namespace pyonnxopt::passes {
 
@@ -15,7 +18,10 @@ const std::vector<std::unique_ptr<Pass>>& registry() {
     v.push_back(std::make_unique<EliminateIdentity>());
     v.push_back(std::make_unique<EliminateDropout>());
     v.push_back(std::make_unique<EliminateNop>());
+    v.push_back(std::make_unique<SimplifyAlgebra>());
     v.push_back(std::make_unique<FoldConstants>());
+    v.push_back(std::make_unique<OptimizeTransposes>());
+    v.push_back(std::make_unique<CollapseReshapes>());
     v.push_back(std::make_unique<EliminateCommonSubexpressions>());
     v.push_back(std::make_unique<EliminateDeadCode>());
     return v;

@@ -63,7 +63,7 @@ def _demo(folder: str) -> int:
 
 
 def _run_passes(out, source: str, folder: str) -> int:
-    """The cleanup passes there are so far, checked against onnxruntime."""
+    """The default pipeline, checked against onnxruntime."""
     import numpy as np
     import onnx
     import onnxruntime as ort
@@ -73,8 +73,11 @@ def _run_passes(out, source: str, folder: str) -> int:
     model, report = run_passes(source)
     before = len(onnx.load(source).graph.node)
     for r in report.runs:
-        if r.modified:
+        if r.modified and "removed" in r.stats:
             out.print(f"  {r.name}: removed {', '.join(r.stats['removed'])}")
+        elif r.modified:  # a fusion rule: what each rewrite consumed
+            fused = ("(" + " + ".join(w["consumed"]) + ")" for w in r.stats["rewrites"])
+            out.print(f"  {r.name}: fused {', '.join(fused)}")
     optimized = os.path.join(folder, "tiny_cnn.optimized.onnx")
     model.save(optimized)
     opts = ort.SessionOptions()

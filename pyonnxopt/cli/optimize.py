@@ -28,6 +28,10 @@ def add_parser(sub):
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME:DIMS",
                    help="fix an input's shape, e.g. images:1,3,640,640 (repeatable)")
     p.add_argument("--batch", type=int, metavar="N", help="fix the first dim of every input whose first dim is dynamic")
+    p.add_argument("--target", choices=["onnx", "ort"], default="onnx",
+                   help="onnx: standard ops only (default); ort: fusions may emit onnxruntime's com.microsoft ops")
+    p.add_argument("--explain", action="append", default=[], metavar="RULE",
+                   help="say where the fusion RULE fired and where it almost did, and why not (repeatable; 'all' for every rule)")
     p.add_argument("--check-inputs", metavar="FILE.npz", help="inputs for the check (name -> array) instead of random ones")
     p.add_argument("--no-check", action="store_true", help="do not compare the result with the original in onnxruntime")
     p.add_argument("--force", action="store_true", help="write the result even when the check finds a difference")
@@ -83,7 +87,8 @@ def run(args) -> int:
                    exclude_nodes=args.exclude_node, prune_outputs=args.prune_outputs,
                    fold_size_limit=parse_size(args.fold_size_limit, "--fold-size-limit"), allow_lossy=args.allow_lossy,
                    remove_training_residue=args.remove_training_residue, input_shapes=input_shapes, batch=args.batch,
-                   check_inputs=load_inputs(args.check_inputs) if args.check_inputs else None)
+                   check_inputs=load_inputs(args.check_inputs) if args.check_inputs else None, target=args.target)
+    explain = _explained_rules(args.explain)
     with console(stderr=True).status("optimizing") as status:
         def progress(name, iteration):
             status.update(f"optimizing: {name} (iteration {iteration})")
@@ -96,7 +101,47 @@ def run(args) -> int:
         print(json.dumps(report, indent=2))
     else:
         render(report)
+        if explain:
+            render_explain(report, explain)
     return 0
+
+
+def _explained_rules(names: list) -> list:
+    """--explain's rule names (checked), "all" meaning every fusion rule."""
+    from pyonnxopt.errors import Error
+    from pyonnxopt.fusion import Rule
+    from pyonnxopt.passes import all_passes
+
+    rules = [p.name for p in all_passes() if isinstance(p, Rule)]
+    if "all" in names:
+        return rules
+    for name in names:
+        if name not in rules:
+            raise Error(f"--explain {name}: not a fusion rule; rules: {', '.join(rules) or 'none'}")
+    return names
+
+
+def render_explain(report: dict, rules: list) -> None:
+    """Per rule: where it fired and where it almost did, with the failed
+    condition (the last iteration's view, when the rule ran several times)."""
+    from rich.table import Table
+
+    out = console()
+    for rule in rules:
+        runs = [r for r in report["passes"] if r["name"] == rule]
+        if not runs:
+            out.print(f"{rule}: did not run (skipped, or not in --passes)")
+            continue
+        table = Table(title=f"{rule}: {sum(len(r['rewrites']) for r in runs)} fired")
+        for col in ("where", "result"):
+            table.add_column(col)
+        for r in runs:
+            for w in r["rewrites"]:
+                table.add_row(", ".join(w["consumed"]), "[green]fused[/green]")
+        for line in runs[-1].get("near_misses", []):
+            where, _, why = line.partition(": ")
+            table.add_row(where, f"[yellow]not fused:[/yellow] {why}")
+        out.print(table)
 
 
 def render(report: dict) -> None:

@@ -14,6 +14,7 @@ class PassOptions:
     fold_size_limit: int = 1 << 20  # a fold may not grow a result past its inputs and this many bytes
     allow_lossy: bool = False  # remove Cast round trips that lose precision (f32->f16->f32)
     remove_training_residue: bool = False  # drop training-mode Dropout and ai.onnx.preview.training ops
+    target: str = "onnx"  # "onnx": standard ops only; "ort": fusions may emit onnxruntime's com.microsoft ops
 
 
 @dataclass

@@ -54,3 +54,28 @@ def same_bits(have, want) -> bool:
     nan = np.isnan(have)
     bits = np.dtype(f"u{have.dtype.itemsize}")
     return np.array_equal(nan, np.isnan(want)) and np.array_equal(have[~nan].view(bits), want[~nan].view(bits))
+
+
+def random_feeds(model, seed: int = 0, symbolic: int = 2) -> dict:
+    """Seeded inputs for every graph input without an initializer; a
+    symbolic dim is `symbolic`."""
+    import numpy as np
+    from onnx import helper
+
+    proto = model if isinstance(model, onnx.ModelProto) else model.to_onnx()
+    rng = np.random.default_rng(seed)
+    given = {t.name for t in proto.graph.initializer}
+    feeds = {}
+    for i in proto.graph.input:
+        if i.name in given:
+            continue
+        t = i.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else symbolic for d in t.shape.dim]
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        if dtype == np.bool_:
+            feeds[i.name] = rng.random(shape) < 0.5
+        elif dtype.kind in "iu":
+            feeds[i.name] = rng.integers(0, 5, shape).astype(dtype)
+        else:
+            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds

@@ -533,6 +533,27 @@ def test_constant_nodes_feed_kernels_and_become_initializers():
     assert [x["what"] for x in r.stats["rewrites"]] == ["constant to initializer", "folded"]
 
 
+def test_constant_nodes_of_every_value_attribute_become_initializers():
+    # torch's dynamo exporter writes shapes as value_ints; they must fold like `value` does.
+    m, r = fold("""g (float[2,1] x) => (float[2,3] y, float f, float[2] fs, int64 i, string s, string[2] ss) {
+        shape = Constant <value_ints = [2, 3]> ()
+        y = Expand(x, shape)
+        f = Constant <value_float = 1.5> ()
+        fs = Constant <value_floats = [1.0, -2.0]> ()
+        i = Constant <value_int = 7> ()
+        s = Constant <value_string = "a"> ()
+        ss = Constant <value_strings = ["b", "c"]> ()
+    }""")
+    assert ops(m) == ["Expand"] and m.graph.nodes[0].inputs[1].initializer is not None
+    got = initializers(m)
+    assert got["shape"].tolist() == [2, 3] and got["shape"].dtype == np.int64
+    assert got["f"].shape == () and got["f"] == np.float32(1.5) and got["fs"].tolist() == [1.0, -2.0]
+    assert got["i"].shape == () and got["i"] == 7
+    proto = {t.name: numpy_helper.to_array(t) for t in m.to_onnx().graph.initializer}
+    assert proto["s"].shape == () and proto["s"].item() in (b"a", "a")
+    assert [x.decode() if isinstance(x, bytes) else x for x in proto["ss"].tolist()] == ["b", "c"]
+
+
 def test_pinned_nodes_are_refused():
     model = parse("""g (float[N,3] x) => (int64[2] y, int64 z) <int64[2] s = {2, 3}, int64 one = {1}> {
         y = Identity(s)

@@ -1,0 +1,265 @@
+#include "passes/collapse_reshapes.h"
+
+#include <algorithm>
+#include <deque>
+#include <optional>
+#include <set>
+
+#include "fold/array.h"
+#include "passes/known_values.h"
+#include "passes/new_values.h"
+
+namespace pyonnxopt::passes {
+
+using namespace ir;
+
+namespace {
+
+// Dims as far as known (kUnknownDim where not); nullopt: not even the rank.
+using Dims = std::optional<std::vector<int64_t>>;
+
+bool is_chain_op(const Node& n) {
+  const std::string& op = n.op_type.value;
+  const std::string& d = n.domain.value;
+  return (d.empty() || d == "ai.onnx") && (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") &&
+         !n.inputs.empty() && n.inputs[0] && n.outputs.size() == 1 && n.outputs[0];
+}
+
+int64_t int_attr(const Node& n, const char* name, int64_t otherwise) {
+  const Attribute* a = n.attribute(name);
+  return a ? a->i.value : otherwise;
+}
+
+// The product of d[from, to); kUnknownDim when a factor is unknown.
+int64_t product(const std::vector<int64_t>& d, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t i = from; i < to; ++i) {
+    if (d[i] == kUnknownDim) return kUnknownDim;
+    p *= d[i];
+  }
+  return p;
+}
+
+Dims reshape_dims(const Dims& in, const std::vector<int64_t>& target, bool allowzero) {
+  std::vector<int64_t> out;
+  int64_t inferred = -1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    const int64_t t = target[i];
+    if (t > 0 || (t == 0 && allowzero)) {
+      out.push_back(t);
+    } else if (t == 0) {
+      out.push_back(in && i < in->size() ? (*in)[i] : kUnknownDim);
+    } else if (t == -1 && inferred < 0) {
+      inferred = static_cast<int64_t>(i);
+      out.push_back(kUnknownDim);
+    } else {
+      return std::nullopt;  // malformed: left to the runtime
+    }
+  }
+  if (inferred >= 0 && in) {
+    out[static_cast<size_t>(inferred)] = 1;
+    const int64_t total = product(*in, 0, in->size()), others = product(out, 0, out.size());
+    out[static_cast<size_t>(inferred)] =
+        total != kUnknownDim && others != kUnknownDim && others > 0 && total % others == 0 ? total / others : kUnknownDim;
+  }
+  return out;
+}
+
+Dims flatten_dims(const Dims& in, int64_t axis) {
+  if (!in) return std::vector<int64_t>{kUnknownDim, kUnknownDim};
+  const int64_t r = static_cast<int64_t>(in->size());
+  if (axis < -r || axis > r) return std::nullopt;
+  const size_t a = static_cast<size_t>(axis < 0 ? axis + r : axis);
+  return std::vector<int64_t>{product(*in, 0, a), product(*in, a, in->size())};
+}
+
+Dims squeeze_dims(const Dims& in, const IntList& axes) {
+  if (!in) return std::nullopt;
+  const int64_t r = static_cast<int64_t>(in->size());
+  std::vector<bool> drop(in->size(), false);
+  if (!axes.present || axes.values.empty()) {
+    if (!fully_static(*in)) return std::nullopt;  // which dims are 1 decides the rank
+    for (size_t i = 0; i < in->size(); ++i) drop[i] = (*in)[i] == 1;
+  }
+  for (int64_t a : axes.values) {
+    if (a < -r || a >= r) return std::nullopt;
+    drop[static_cast<size_t>(a < 0 ? a + r : a)] = true;
+  }
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < in->size(); ++i) {
+    if (!drop[i]) out.push_back((*in)[i]);
+    else if ((*in)[i] != 1 && (*in)[i] != kUnknownDim) return std::nullopt;
+  }
+  return out;
+}
+
+Dims unsqueeze_dims(const Dims& in, const std::vector<int64_t>& axes) {
+  if (!in) return std::nullopt;
+  const int64_t r = static_cast<int64_t>(in->size() + axes.size());
+  std::vector<bool> inserted(static_cast<size_t>(r), false);
+  for (int64_t a : axes) {
+    if (a < -r || a >= r || inserted[static_cast<size_t>(a < 0 ? a + r : a)]) return std::nullopt;
+    inserted[static_cast<size_t>(a < 0 ? a + r : a)] = true;
+  }
+  std::vector<int64_t> out;
+  size_t next = 0;
+  for (int64_t i = 0; i < r; ++i) out.push_back(inserted[static_cast<size_t>(i)] ? 1 : (*in)[next++]);
+  return out;
+}
+
+// Where a chain stops: why, or nullptr with the node's output dims.
+const char* step(const Model& m, const Graph& g, const Node& n, const Dims& in, Dims& out, std::string& why) {
+  const std::string& op = n.op_type.value;
+  auto not_constant = [&](const char* what, size_t input, const char* reason) {
+    why = std::string(what) + " '" + n.inputs[input]->name + "' " + reason;
+    return why.c_str();
+  };
+  if (op == "Flatten") {
+    out = flatten_dims(in, int_attr(n, "axis", 1));
+    return nullptr;
+  }
+  if (op == "Reshape") {
+    IntList shape = int_list(m, g, n, "shape", 1, 5);
+    if (!shape.present) return "Reshape without shape";
+    if (shape.why) return not_constant("shape", 1, shape.why);
+    out = reshape_dims(in, shape.values, int_attr(n, "allowzero", 0) != 0);
+    return nullptr;
+  }
+  IntList axes = int_list(m, g, n, "axes", 1, 13);
+  if (axes.why) return not_constant("axes", 1, axes.why);
+  if (op == "Squeeze") {
+    out = squeeze_dims(in, axes);
+    return nullptr;
+  }
+  if (!axes.present) return "Unsqueeze without axes";
+  out = unsqueeze_dims(in, axes.values);
+  return nullptr;
+}
+
+struct Target {
+  std::vector<int64_t> shape;
+  bool allowzero = false;
+};
+
+// The one shape that makes the chain's output from its input.
+const char* target_of(const Model& m, const Graph& g, const std::deque<Node*>& chain, Target& target, std::string& why) {
+  const Node& last = *chain.back();
+  if (last.op_type.value == "Reshape") {
+    IntList shape = int_list(m, g, last, "shape", 1, 5);
+    const bool allowzero = int_attr(last, "allowzero", 0) != 0;
+    const auto& s = shape.values;
+    if (shape.known() && std::count(s.begin(), s.end(), -1) <= 1 &&
+        (allowzero || std::find(s.begin(), s.end(), 0) == s.end())) {
+      target = {s, allowzero};
+      return nullptr;
+    }
+  }
+  Dims dims = known_shape(chain.front()->inputs[0]);
+  for (const Node* n : chain)
+    if (const char* r = step(m, g, *n, dims, dims, why)) return r;
+  const Dims declared = known_shape(last.outputs[0]);
+  if (dims && declared && declared->size() == dims->size())
+    for (size_t i = 0; i < dims->size(); ++i)
+      if ((*dims)[i] == kUnknownDim) (*dims)[i] = (*declared)[i];
+  if (!dims) dims = declared;
+  if (!dims) return "the output's rank is unknown";
+  const auto unknown = std::count(dims->begin(), dims->end(), kUnknownDim);
+  const bool empty = std::find(dims->begin(), dims->end(), 0) != dims->end();
+  if (unknown > 1) return "more than one dim of the output is unknown";
+  if (empty && unknown) return "an empty dim beside the unknown one (-1 would be ill-defined)";
+  if (empty && default_opset(m, g) < 14) return "an empty dim needs allowzero (opset >= 14)";
+  target = {*dims, empty};
+  return nullptr;
+}
+
+bool only_read_by(const Value* v, const Node* reader) {
+  return !v->is_graph_output() && v->uses.size() == 1 && v->uses[0].node == reader;
+}
+
+// The chain that ends at `last`: its producers while they are chain ops of
+// this graph whose output only the next one reads.
+std::deque<Node*> chain_ending_at(const Graph& g, Node* last, std::set<std::string>& refused) {
+  std::deque<Node*> chain{last};
+  for (Node* n = last;;) {
+    Node* p = n->inputs[0]->producer;
+    if (!p || p->graph != &g || !is_chain_op(*p) || !only_read_by(n->inputs[0], n)) break;
+    if (p->pinned || n->pinned) {
+      refused.insert((p->pinned ? p : n)->display_name() + ": excluded from optimization");
+      break;
+    }
+    chain.push_front(p);
+    n = p;
+  }
+  return chain;
+}
+
+// Whether `n` is read by one chain op alone, which ends (or continues) its chain.
+bool continues(const Graph& g, const Node& n) {
+  const Value* v = n.outputs[0];
+  if (v->is_graph_output() || v->uses.size() != 1) return false;
+  const Node* next = v->uses[0].node;
+  return next->graph == &g && is_chain_op(*next) && next->inputs[0] == v && !next->pinned && !n.pinned;
+}
+
+}  // namespace
+
+PassStats CollapseReshapes::run(Model& model, const PassOptions&) const {
+  PassStats stats;
+  FreshNames names(model);
+  std::string why;
+  for (Graph* g : model.all_graphs()) {
+    std::set<std::string> refused;
+    bool changed = false;
+    const int64_t opset = default_opset(model, *g);
+    for (Node* last : g->topological_order()) {
+      if (last->removed || !is_chain_op(*last) || continues(*g, *last)) continue;
+      std::deque<Node*> chain = chain_ending_at(*g, last, refused);
+      if (chain.size() < 2) continue;
+      Target target;
+      if (const char* r = target_of(model, *g, chain, target, why)) {
+        refused.insert(last->display_name() + ": " + r);
+        continue;
+      }
+      Node* reshape = g->new_node();
+      reshape->op_type.set("Reshape");
+      reshape->name = last->name;
+      reshape->inputs.push_back(chain.front()->inputs[0]);
+      Rewrite record{"collapsed reshapes", {}, {}};
+      if (opset && opset < 5) {
+        Attribute& a = reshape->attributes.emplace_back();
+        a.name.set("shape");
+        a.type.set(int32_t(AttrType::kInts));
+        a.ints = target.shape;
+      } else {
+        bool as_node = false;
+        const std::string base = (last->name.value.empty() ? last->outputs[0]->name : last->name.value) + "_shape";
+        reshape->inputs.push_back(
+            add_constant(model, *g, int_tensor(target.shape, fold::kInt64), names.make(base), last, as_node));
+        if (as_node) ++stats.nodes_added;
+      }
+      if (target.allowzero) {
+        Attribute& a = reshape->attributes.emplace_back();
+        a.name.set("allowzero");
+        a.type.set(int32_t(AttrType::kInt));
+        a.i.set(1);
+      }
+      for (const Node* n : chain) record.consumed.push_back(node_id(*n));
+      for (const Node* n : chain) stats.removed.push_back(n->display_name());
+      g->replace_node(last, reshape);
+      for (auto it = chain.rbegin() + 1; it != chain.rend(); ++it) g->remove_node(*it);
+      record.produced.push_back(node_id(*reshape));
+      stats.rewrites.push_back(std::move(record));
+      stats.nodes_removed += static_cast<int64_t>(chain.size());
+      ++stats.nodes_added;
+      changed = true;
+    }
+    if (changed) {
+      stats.initializers_removed += static_cast<int64_t>(g->remove_unused_initializers(stats.removed));
+      stats.value_info_removed += static_cast<int64_t>(g->remove_stale_value_info());
+    }
+    stats.refused.insert(stats.refused.end(), refused.begin(), refused.end());
+  }
+  return stats;
+}
+
+}  // namespace pyonnxopt::passes

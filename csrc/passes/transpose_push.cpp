@@ -1,0 +1,437 @@
+#include "passes/transpose_push.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+#include <unordered_set>
+
+#include "fold/array.h"
+#include "fold/kernels.h"
+#include "passes/known_values.h"
+#include "passes/new_values.h"
+#include "passes/pass.h"
+
+namespace pyonnxopt::passes {
+
+using namespace ir;
+
+const char* const kNoRule = "no rule to move a Transpose through this op";
+
+namespace {
+
+using Names = std::unordered_set<std::string_view>;
+
+// Elementwise ops of one tensor; later inputs (Clip's min/max, CastLike's
+// target) are parameters whose layout does not matter.
+const Names kUnary = {
+    "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BitwiseNot", "Cast", "CastLike", "Ceil", "Celu",
+    "Clip", "Cos", "Cosh", "Elu", "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "Identity", "IsInf",
+    "IsNaN", "LeakyRelu", "Log", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid",
+    "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu"};
+
+// Elementwise ops whose inputs broadcast against each other.
+const Names kBroadcasting = {
+    "Add", "And", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Div", "Equal", "Greater", "GreaterOrEqual",
+    "Less", "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul", "Or", "Pow", "PRelu", "Sub", "Sum", "Where", "Xor"};
+
+const Names kReduce = {"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+                       "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare"};
+
+const Names kSoftmax = {"Softmax", "LogSoftmax", "Hardmax"};
+
+const Tensor* constant_of(const Value* v) { return v && v->initializer && !v->is_graph_input ? v->initializer : nullptr; }
+
+int64_t int_attr(const Node& n, const char* name, int64_t otherwise) {
+  const Attribute* a = n.attribute(name);
+  return a ? a->i.value : otherwise;
+}
+
+Attribute int_attribute(const char* name, int64_t value) {
+  Attribute a;
+  a.name.set(name);
+  a.type.set(int32_t(AttrType::kInt));
+  a.i.set(value);
+  return a;
+}
+
+Attribute ints_attribute(const char* name, std::vector<int64_t> values) {
+  Attribute a;
+  a.name.set(name);
+  a.type.set(int32_t(AttrType::kInts));
+  a.ints = std::move(values);
+  return a;
+}
+
+const char* refuse(Push& out, std::string text) {
+  out.reason = std::move(text);
+  return out.reason.c_str();
+}
+
+std::string quoted(const Value* v) { return "'" + v->name + "'"; }
+
+int64_t rank_of(const PushQuery& q) { return static_cast<int64_t>(q.perm.size()); }
+
+// `a` in [0, rank), or -1 when out of range.
+int64_t normalized(int64_t a, int64_t rank) {
+  if (a < -rank || a >= rank) return -1;
+  return a < 0 ? a + rank : a;
+}
+
+// Axes of the transposed value as axes of v.
+bool map_axes(const PushQuery& q, const std::vector<int64_t>& axes, std::vector<int64_t>& out) {
+  out.clear();
+  for (int64_t a : axes) {
+    const int64_t n = normalized(a, rank_of(q));
+    if (n < 0) return false;
+    out.push_back(q.perm[static_cast<size_t>(n)]);
+  }
+  return true;
+}
+
+// One entry per axis of the transposed value (and, with two halves, per
+// begin/end), reordered to v's axes: out[q[i]] = in[i].
+std::vector<size_t> axis_order(const Perm& q, size_t halves) {
+  const Perm inv = inverse(q);
+  std::vector<size_t> order;
+  for (size_t h = 0; h < halves; ++h)
+    for (int64_t i : inv) order.push_back(h * q.size() + static_cast<size_t>(i));
+  return order;
+}
+
+template <class T>
+std::vector<T> reordered(const std::vector<T>& in, const std::vector<size_t>& order) {
+  std::vector<T> out;
+  for (size_t i : order) out.push_back(in[i]);
+  return out;
+}
+
+// The constant's elements in `order` (new[j] = old[order[j]]), any fixed-width type.
+std::shared_ptr<const Tensor> reordered_constant(const Tensor& t, const std::vector<size_t>& order) {
+  fold::Array a;
+  std::string why;
+  if (!fold::to_array(t, a, why) || a.numel() != order.size()) return nullptr;
+  const size_t width = fold::element_size(a.dtype);
+  if (!width) return nullptr;
+  std::string bytes(order.size() * width, '\0');
+  for (size_t j = 0; j < order.size(); ++j) std::memcpy(&bytes[j * width], a.bytes.data() + order[j] * width, width);
+  return fold::to_tensor(fold::Array::of_bytes(a.dtype, a.dims, std::move(bytes)));
+}
+
+bool readable(const Tensor& t) {
+  fold::Array a;
+  std::string why;
+  return fold::to_array(t, a, why) && fold::element_size(a.dtype) != 0;
+}
+
+// Marks the inputs transposed by q and gives every output perm q; an input
+// from `params` on is a parameter, which may not be transposed.
+const char* start(const PushQuery& q, Push& out, size_t params) {
+  const Node& n = q.node;
+  out.inputs.assign(n.inputs.size(), PushedInput{});
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (!n.inputs[i] || !q.transposed(*n.inputs[i])) continue;
+    if (i >= params) return "the transposed value is also read as a parameter";
+    out.inputs[i].kind = PushedInput::kPermuted;
+  }
+  out.outputs.clear();
+  for (const Value* v : n.outputs) out.outputs.push_back(v ? q.perm : Perm{});
+  return nullptr;
+}
+
+bool read_elsewhere(const Value* v, const Node& n) {
+  if (v->is_graph_output()) return true;
+  for (const Use& u : v->uses)
+    if (u.node != &n) return true;
+  return false;
+}
+
+// An input beside the transposed ones: a tensor of 1s shape, or a constant
+// to transpose. `same_rank`: it must have the full rank (Concat), else it
+// broadcasts (numpy: leading 1s).
+const char* operand(const PushQuery& q, size_t slot, bool same_rank, Push& out) {
+  const Value* v = q.node.inputs[slot];
+  PushedInput& in = out.inputs[slot];
+  const int64_t r = rank_of(q);
+  std::optional<std::vector<int64_t>> shape = known_shape(v);
+  if (!shape) return refuse(out, "operand " + quoted(v) + " has an unknown rank");
+  const int64_t rank = static_cast<int64_t>(shape->size());
+  if (rank > r || (same_rank && rank != r))
+    return refuse(out, "operand " + quoted(v) + " has rank " + std::to_string(rank) + ", the transposed value " +
+                           std::to_string(r));
+  if (std::all_of(shape->begin(), shape->end(), [](int64_t d) { return d == 1; })) return nullptr;  // same in any layout
+  const Tensor* c = constant_of(v);
+  if (!c) return refuse(out, "operand " + quoted(v) + " is neither transposed the same way nor a constant");
+  uint64_t count = 1;
+  for (int64_t d : c->dims) count *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+  if (count > kSmallConstant && read_elsewhere(v, q.node))
+    return refuse(out, "constant " + quoted(v) + " is read elsewhere: a transposed copy would grow the model");
+  if (!readable(*c)) return refuse(out, "constant " + quoted(v) + " has data that cannot be transposed here");
+  in.kind = PushedInput::kTransposedConstant;
+  return nullptr;
+}
+
+const char* broadcasting(const PushQuery& q, int64_t opset, Push& out) {
+  const Node& n = q.node;
+  if (int_attr(n, "broadcast", 0) != 0) return "legacy broadcasting (broadcast attribute)";
+  if (n.op_type.value == "PRelu" && opset && opset < 7) return "PRelu before opset 7 broadcasts its own way";
+  if (const char* why = start(q, out, n.inputs.size())) return why;
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (n.inputs[i] && out.inputs[i].kind == PushedInput::kKeep)
+      if (const char* why = operand(q, i, false, out)) return why;
+  return nullptr;
+}
+
+const char* quantize(const PushQuery& q, Push& out) {
+  const Node& n = q.node;
+  if (int_attr(n, "block_size", 0) != 0) return "blocked quantization";
+  if (const char* why = start(q, out, 1)) return why;
+  for (size_t i = 1; i < n.inputs.size(); ++i) {
+    if (!n.inputs[i]) continue;
+    std::optional<std::vector<int64_t>> shape = known_shape(n.inputs[i]);
+    if (!shape) return refuse(out, "quantization parameter " + quoted(n.inputs[i]) + " has an unknown rank");
+    if (!shape->empty()) return "per-axis quantization (its axis would move)";
+  }
+  return nullptr;
+}
+
+const char* concat(const PushQuery& q, Push& out) {
+  const Node& n = q.node;
+  const Attribute* axis = n.attribute("axis");
+  if (!axis) return "Concat without axis";
+  const int64_t a = normalized(axis->i.value, rank_of(q));
+  if (a < 0) return "axis out of range";
+  if (const char* why = start(q, out, n.inputs.size())) return why;
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (n.inputs[i] && out.inputs[i].kind == PushedInput::kKeep)
+      if (const char* why = operand(q, i, true, out)) return why;
+  out.attributes.push_back(int_attribute("axis", q.perm[static_cast<size_t>(a)]));
+  return nullptr;
+}
+
+// Split, Softmax family, ArgMax/ArgMin: one `axis` attribute.
+const char* one_axis(const PushQuery& q, int64_t fallback, Push& out) {
+  const int64_t a = normalized(int_attr(q.node, "axis", fallback), rank_of(q));
+  if (a < 0) return "axis out of range";
+  if (const char* why = start(q, out, 1)) return why;
+  out.attributes.push_back(int_attribute("axis", q.perm[static_cast<size_t>(a)]));
+  return nullptr;
+}
+
+// The output's perm when the axes marked `reduced` are gone: what q says
+// of the kept ones, renumbered; empty when they keep their order.
+Perm kept_perm(const Perm& q, const std::vector<bool>& reduced) {
+  std::vector<int64_t> kept;
+  for (size_t i = 0; i < q.size(); ++i)
+    if (!reduced[i]) kept.push_back(q[i]);
+  std::vector<int64_t> sorted = kept;
+  std::sort(sorted.begin(), sorted.end());
+  Perm out;
+  for (int64_t k : kept) out.push_back(std::lower_bound(sorted.begin(), sorted.end(), k) - sorted.begin());
+  return is_identity(out) ? Perm{} : out;
+}
+
+Perm reduced_output(const Perm& q, const std::vector<bool>& reduced, bool keepdims) {
+  if (std::all_of(reduced.begin(), reduced.end(), [](bool r) { return r; })) return {};  // all 1s, or a scalar
+  return keepdims ? q : kept_perm(q, reduced);
+}
+
+const char* reduce(const PushQuery& q, int64_t opset, Push& out) {
+  const Node& n = q.node;
+  const int64_t since = n.op_type.value == "ReduceSum" ? 13 : 18;
+  IntList axes = int_list(q.model, q.graph, n, "axes", 1, since);
+  if (axes.why) return refuse(out, "axes " + quoted(n.inputs[1]) + " " + axes.why);
+  if (const char* why = start(q, out, 1)) return why;
+  const bool keepdims = int_attr(n, "keepdims", 1) != 0;
+  std::vector<bool> reduced(q.perm.size(), true);
+  if (!axes.present || axes.values.empty()) {
+    if (int_attr(n, "noop_with_empty_axes", 0) != 0) return nullptr;  // the identity: perm q
+  } else {
+    std::vector<int64_t> mapped;
+    if (!map_axes(q, axes.values, mapped)) return "axes out of range";
+    std::fill(reduced.begin(), reduced.end(), false);
+    for (int64_t a : axes.values) reduced[static_cast<size_t>(normalized(a, rank_of(q)))] = true;
+    if (opset ? opset < since : n.attribute("axes") != nullptr) {
+      out.attributes.push_back(ints_attribute("axes", mapped));
+    } else {
+      out.inputs[1].kind = PushedInput::kReplaced;
+      out.inputs[1].tensor = int_tensor(mapped, known_elem_type(n.inputs[1]));
+    }
+  }
+  out.outputs[0] = reduced_output(q.perm, reduced, keepdims);
+  return nullptr;
+}
+
+const char* arg_reduce(const PushQuery& q, Push& out) {
+  if (const char* why = one_axis(q, 0, out)) return why;
+  std::vector<bool> reduced(q.perm.size(), false);
+  reduced[static_cast<size_t>(normalized(int_attr(q.node, "axis", 0), rank_of(q)))] = true;
+  out.outputs[0] = reduced_output(q.perm, reduced, int_attr(q.node, "keepdims", 1) != 0);
+  return nullptr;
+}
+
+const char* slice(const PushQuery& q, int64_t opset, Push& out) {
+  const Node& n = q.node;
+  if (const char* why = start(q, out, 1)) return why;
+  std::vector<int64_t> mapped;
+  if (opset && opset < 10) {  // attributes
+    const Attribute* starts = n.attribute("starts");
+    const Attribute* axes = n.attribute("axes");
+    if (!starts) return "Slice without starts";
+    std::vector<int64_t> given = axes ? axes->ints : std::vector<int64_t>{};
+    for (size_t i = 0; !axes && i < starts->ints.size(); ++i) given.push_back(static_cast<int64_t>(i));
+    if (!map_axes(q, given, mapped)) return "axes out of range";
+    out.attributes.push_back(ints_attribute("axes", mapped));
+    return nullptr;
+  }
+  IntList axes = int_list(q.model, q.graph, n, "axes", 3, 10);
+  if (axes.why) return refuse(out, "axes " + quoted(n.inputs[3]) + " " + axes.why);
+  std::vector<int64_t> given = axes.values;
+  int32_t dtype = axes.present ? known_elem_type(n.inputs[3]) : 0;
+  if (!axes.present) {  // axes 0, 1, ... as many as starts has: made explicit
+    if (n.inputs.size() < 2 || !n.inputs[1]) return "Slice without starts";
+    std::optional<std::vector<int64_t>> starts = known_shape(n.inputs[1]);
+    if (!starts || starts->size() != 1 || (*starts)[0] == kUnknownDim) return "the number of starts is unknown";
+    for (int64_t i = 0; i < (*starts)[0]; ++i) given.push_back(i);
+    dtype = known_elem_type(n.inputs[1]);  // axes share the type of starts
+  }
+  if (dtype != fold::kInt64 && dtype != fold::kInt32) return "the index type of Slice is unknown";
+  if (!map_axes(q, given, mapped)) return "axes out of range";
+  if (out.inputs.size() < 4) out.inputs.resize(4);
+  out.inputs[3].kind = PushedInput::kReplaced;
+  out.inputs[3].tensor = int_tensor(mapped, dtype);
+  return nullptr;
+}
+
+const char* pad(const PushQuery& q, int64_t opset, Push& out) {
+  const Node& n = q.node;
+  const size_t r = q.perm.size();
+  if (opset && opset < 11) {
+    const char* name = n.attribute("paddings") ? "paddings" : "pads";
+    const Attribute* pads = n.attribute(name);
+    if (!pads || pads->ints.size() != 2 * r) return "pads do not match the rank";
+    if (const char* why = start(q, out, 1)) return why;
+    out.attributes.push_back(ints_attribute(name, reordered(pads->ints, axis_order(q.perm, 2))));
+    return nullptr;
+  }
+  if (const char* why = start(q, out, 1)) return why;
+  if (n.inputs.size() > 3 && n.inputs[3]) {  // opset 18 axes: remap them, pads stay in their order
+    const char* bad = nullptr;
+    std::optional<std::vector<int64_t>> axes = constant_ints(n.inputs[3], &bad);
+    if (!axes) return refuse(out, "axes " + quoted(n.inputs[3]) + " " + bad);
+    std::vector<int64_t> mapped;
+    if (!map_axes(q, *axes, mapped)) return "axes out of range";
+    out.inputs[3].kind = PushedInput::kReplaced;
+    out.inputs[3].tensor = int_tensor(mapped, known_elem_type(n.inputs[3]));
+    return nullptr;
+  }
+  IntList pads = int_list(q.model, q.graph, n, "pads", 1, 11);
+  if (!pads.present) return "Pad without pads";
+  if (pads.why) return refuse(out, "pads " + quoted(n.inputs[1]) + " " + pads.why);
+  if (pads.values.size() != 2 * r) return "pads do not match the rank";
+  out.inputs[1].kind = PushedInput::kReplaced;
+  out.inputs[1].tensor = int_tensor(reordered(pads.values, axis_order(q.perm, 2)), known_elem_type(n.inputs[1]));
+  return nullptr;
+}
+
+// Linear and cubic Resize are implemented for few layouts (the innermost
+// axes, or NHWC's middle ones): the resized axes must stay where they were
+// or become the innermost ones.
+bool supported_layout(const Perm& q, const std::vector<bool>& resized) {
+  std::vector<bool> moved(q.size(), false);
+  size_t count = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    if (!resized[i]) continue;
+    moved[static_cast<size_t>(q[i])] = true;
+    ++count;
+  }
+  if (moved == resized) return true;
+  for (size_t j = 0; j < q.size(); ++j)
+    if (moved[j] != (j >= q.size() - count)) return false;
+  return true;
+}
+
+const char* resize(const PushQuery& q, int64_t opset, Push& out) {
+  const Node& n = q.node;
+  const size_t r = q.perm.size();
+  if (n.attribute("axes")) return "Resize with axes";
+  if (const char* why = start(q, out, 1)) return why;
+  struct Param {
+    size_t slot, halves;
+  };
+  std::vector<Param> params = opset && opset < 11 ? std::vector<Param>{{1, 1}}
+                                                  : std::vector<Param>{{1, 2}, {2, 1}, {3, 1}};  // roi, scales, sizes
+  std::vector<bool> resized(r, false);
+  const std::optional<std::vector<int64_t>> dims = known_shape(n.inputs[0]);
+  for (const Param& p : params) {
+    if (p.slot >= n.inputs.size() || !n.inputs[p.slot]) continue;
+    const Value* v = n.inputs[p.slot];
+    const Tensor* c = constant_of(v);
+    if (!c) return refuse(out, "Resize parameter " + quoted(v) + " is not a constant");
+    fold::Array a;
+    std::string why;
+    if (!fold::to_array(*c, a, why) || !fold::element_size(a.dtype))
+      return refuse(out, "Resize parameter " + quoted(v) + " cannot be read");
+    if (a.numel() == 0) continue;  // an empty roi or scales stands for none
+    if (a.numel() != p.halves * r) return refuse(out, "Resize parameter " + quoted(v) + " does not match the rank");
+    const bool is_scales = p.slot == (opset && opset < 11 ? 1u : 2u);
+    if (is_scales)
+      for (size_t i = 0; i < r; ++i) resized[i] = resized[i] || a.dtype != fold::kFloat || a.at<float>(i) != 1.0f;
+    if (p.slot == 3) {
+      if (a.dtype != fold::kInt64) return refuse(out, "Resize sizes " + quoted(v) + " are not int64");
+      const std::vector<int64_t> sizes = a.as_int64();
+      for (size_t i = 0; i < r; ++i) resized[i] = resized[i] || !dims || (*dims)[i] == kUnknownDim || sizes[i] != (*dims)[i];
+    }
+    out.inputs[p.slot].kind = PushedInput::kReplaced;
+    out.inputs[p.slot].tensor = reordered_constant(*c, axis_order(q.perm, p.halves));
+    if (!out.inputs[p.slot].tensor) return refuse(out, "Resize parameter " + quoted(v) + " cannot be read");
+  }
+  const Attribute* mode = n.attribute("mode");
+  if (mode && mode->s.value != "nearest" && !supported_layout(q.perm, resized))
+    return "linear or cubic Resize would resize other axes than the innermost or the ones it did";
+  return nullptr;
+}
+
+}  // namespace
+
+const char* plan_push(const PushQuery& q, Push& out) {
+  const Node& n = q.node;
+  const std::string& d = n.domain.value;
+  if (!(d.empty() || d == "ai.onnx") || n.has_subgraphs()) return kNoRule;
+  const std::string_view op = n.op_type.value;
+  const int64_t opset = default_opset(q.model, q.graph);
+  out = Push{};
+  if (kUnary.count(op)) return start(q, out, 1);
+  if (kBroadcasting.count(op)) return broadcasting(q, opset, out);
+  if (op == "QuantizeLinear" || op == "DequantizeLinear") return quantize(q, out);
+  if (op == "Concat") return concat(q, out);
+  if (op == "Split") return one_axis(q, 0, out);
+  if (kSoftmax.count(op)) {
+    if (!opset || opset < 13) return "before opset 13 the Softmax family flattens at axis: the layout matters";
+    return one_axis(q, -1, out);
+  }
+  if (op == "ArgMax" || op == "ArgMin") return arg_reduce(q, out);
+  if (kReduce.count(op)) return reduce(q, opset, out);
+  if (op == "Slice") return slice(q, opset, out);
+  if (op == "Pad") return pad(q, opset, out);
+  if (op == "Resize") return resize(q, opset, out);
+  return kNoRule;
+}
+
+std::unique_ptr<Tensor> transposed_constant(const Tensor& t, size_t rank, const Perm& perm) {
+  fold::Array a;
+  std::string why;
+  if (!fold::to_array(t, a, why) || a.dims.size() > rank) return nullptr;
+  a.dims.insert(a.dims.begin(), rank - a.dims.size(), 1);
+  Node scratch;  // the folding kernel reads perm off a node
+  scratch.op_type.set("Transpose");
+  Attribute& p = scratch.attributes.emplace_back();
+  p.name.set("perm");
+  p.type.set(int32_t(AttrType::kInts));
+  p.ints = perm;
+  fold::KernelContext ctx{scratch, 13, UINT64_MAX};
+  std::vector<fold::Array> result;
+  if (fold::find_kernel("Transpose")(ctx, {&a}, result, why) != fold::Status::kDone) return nullptr;
+  return fold::to_tensor(result[0]);
+}
+
+}  // namespace pyonnxopt::passes

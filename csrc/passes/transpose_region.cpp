@@ -1,0 +1,158 @@
+#include "passes/transpose_region.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_set>
+
+#include "passes/bypass.h"
+
+namespace pyonnxopt::passes {
+
+using namespace ir;
+
+Region Planner::grow(Node* root, const Perm& perm) {
+  refusals_.clear();
+  Region region{root, perm, {}};
+  std::unordered_map<const Value*, Perm> values{{root->outputs[0], perm}};
+  std::unordered_set<const Node*> taken{root};
+  std::set<std::pair<size_t, Node*>> frontier;
+  auto readers_of = [&](const Value* v) {
+    for (const Use& u : v->uses)
+      if (auto it = position_.find(u.node); it != position_.end() && !taken.count(u.node))
+        frontier.emplace(it->second, u.node);
+  };
+  readers_of(root->outputs[0]);
+  size_t tries = 0;
+  while (!frontier.empty() && region.moved.size() < kMaxRegion && tries++ < 4 * kMaxRegion) {
+    auto [position, n] = *frontier.begin();
+    frontier.erase(frontier.begin());
+    if (taken.count(n) || is_transpose(*n)) continue;
+    const Perm* q = nullptr;
+    for (const Value* v : n->inputs)
+      if (auto it = v ? values.find(v) : values.end(); it != values.end() && !q) q = &it->second;
+    if (!q) continue;
+    const Perm perm_here = *q;
+    auto joinable = [&](const Value& v) {  // a Transpose<perm_here> outside the region, read through
+      const Node* p = v.producer;
+      if (!p || p->graph != &graph_ || !is_transpose(*p) || p->pinned || taken.count(p)) return false;
+      if (values.count(p->inputs[0])) return false;  // it reads the region: it is a reader
+      std::optional<Perm> pp = transpose_perm(*p, static_cast<int64_t>(perm_here.size()));
+      return pp && *pp == perm_here;
+    };
+    PushQuery query{model_, graph_, *n, perm_here, [&](const Value& v) {
+                      auto it = values.find(&v);
+                      return it != values.end() ? it->second == perm_here : joinable(v);
+                    }};
+    Moved m{n, perm_here, Push{}, position};
+    const char* why = plan_push(query, m.push);
+    if (why == kNoRule) continue;
+    if (!why && n->pinned) why = "excluded from optimization";
+    if (why) {
+      refusals_.push_back(n->display_name() + ": " + why);
+      continue;
+    }
+    taken.insert(n);
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Value* v = n->inputs[i];
+      if (m.push.inputs[i].kind != PushedInput::kPermuted || values.count(v)) continue;
+      taken.insert(v->producer);  // a Transpose read through joins
+      values.emplace(v, perm_here);
+      readers_of(v);
+    }
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      if (!n->outputs[i] || m.push.outputs[i].empty()) continue;
+      values.emplace(n->outputs[i], m.push.outputs[i]);
+      readers_of(n->outputs[i]);
+    }
+    region.moved.push_back(std::move(m));
+  }
+  std::sort(region.moved.begin(), region.moved.end(),
+            [](const Moved& a, const Moved& b) { return a.position < b.position; });
+  prune(region);
+  return region;
+}
+
+Roles Planner::roles(const Region& region) {
+  Roles r;
+  std::unordered_map<const Node*, const Moved*> moved;
+  for (const Moved& m : region.moved) moved.emplace(m.node, &m);
+  r.perm_of.emplace(region.root->outputs[0], region.root_perm);
+  r.sources.push_back(region.root);
+  for (const Moved& m : region.moved)
+    for (size_t i = 0; i < m.node->outputs.size(); ++i)
+      if (m.node->outputs[i] && !m.push.outputs[i].empty()) r.perm_of.emplace(m.node->outputs[i], m.push.outputs[i]);
+  for (const Moved& m : region.moved)
+    for (size_t i = 0; i < m.node->inputs.size(); ++i) {
+      Value* v = m.node->inputs[i];
+      if (m.push.inputs[i].kind == PushedInput::kPermuted && r.perm_of.emplace(v, m.perm).second)
+        r.sources.push_back(v->producer);
+    }
+  for (const auto& [v, perm] : r.perm_of) {
+    const bool made_here = std::find(r.sources.begin(), r.sources.end(), v->producer) == r.sources.end();
+    const Value* existing = made_here ? nullptr : v->producer->inputs[0];
+    bool outside = v->is_graph_output();
+    for (const Use& u : v->uses) {
+      Node* n = u.node;
+      if (auto it = moved.find(n); it != moved.end()) {
+        if (it->second->push.inputs[static_cast<size_t>(u.index)].kind == PushedInput::kPermuted) continue;
+        outside = true;  // it reads this value as it is (a parameter)
+        continue;
+      }
+      const bool source = std::find(r.sources.begin(), r.sources.end(), n) != r.sources.end();
+      std::optional<Perm> p;
+      if (n->graph == &graph_ && is_transpose(*n) && !n->pinned && !source) p = transpose_perm(*n, static_cast<int64_t>(perm.size()));
+      if (p && !is_identity(compose(perm, *p))) r.composed.emplace_back(n, v);
+      else if (p && cancels(n, v, existing)) r.cancelled.emplace_back(n, v);
+      else outside = true;
+    }
+    if (outside && made_here) ++r.delta;    // its Transpose is added
+    if (!outside && !made_here) --r.delta;  // its Transpose goes
+  }
+  r.delta -= static_cast<int>(r.cancelled.size());
+  return r;
+}
+
+// A Transpose reading region value `v` whose composed perm is the
+// identity goes: a bypass to v's twin, which is `existing` (the input of
+// the Transpose v comes from) or a new value a moved node makes (read by
+// v's own Transpose alone when the bypass happens). Records why not.
+bool Planner::cancels(const Node* t, const Value* v, const Value* existing) {
+  const Value* out = t->outputs[0];
+  const char* why = nullptr;
+  if (out->is_graph_output() && (v->uses.size() != 1 || v->is_graph_output()))
+    why = "it would cancel into a graph output whose name a value with other readers would have to take";
+  else if (existing)
+    why = why_not_reroute(graph_, existing, out, existing->uses.size());
+  else
+    why = why_not_reroute(graph_, v, out, 1);  // v stands in: same graph, made by a node
+  if (why) refusals_.push_back(t->display_name() + ": " + why);
+  return !why;
+}
+
+// Drops moved nodes at the lower edge (no moved node reads their outputs)
+// while that does not raise the count: the smallest region that gains most.
+void Planner::prune(Region& region) {
+  int best = roles(region).delta;
+  for (bool again = true; again;) {
+    again = false;
+    for (size_t k = region.moved.size(); k-- > 0;) {
+      const Node* n = region.moved[k].node;
+      bool read = false;
+      for (const Moved& m : region.moved)
+        for (const Value* v : m.node->inputs)
+          read = read || (v && v->producer == n);
+      if (read) continue;
+      Moved m = std::move(region.moved[k]);
+      region.moved.erase(region.moved.begin() + static_cast<std::ptrdiff_t>(k));
+      const int delta = roles(region).delta;
+      if (delta <= best) {
+        best = delta;
+        again = true;
+      } else {
+        region.moved.insert(region.moved.begin() + static_cast<std::ptrdiff_t>(k), std::move(m));
+      }
+    }
+  }
+}
+
+}  // namespace pyonnxopt::passes

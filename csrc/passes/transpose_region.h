@@ -1,0 +1,71 @@
+// The plans of optimize_transposes: from one Transpose, the region of nodes
+// that could compute on the untransposed data, and what moving the
+// Transpose through it does to the number of Transposes. Reads the graph
+// only; optimize_transposes.cpp carries a plan out.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/model.h"
+#include "passes/permutation.h"
+#include "passes/transpose_push.h"
+
+namespace pyonnxopt::passes {
+
+constexpr size_t kMaxRegion = 256;  // nodes one plan may move a Transpose through
+
+// A node that computes on untransposed data in the plan: it reads values
+// transposed by `perm` (and constants), as `push` says.
+struct Moved {
+  ir::Node* node;
+  Perm perm;
+  Push push;
+  size_t position;  // in topological order
+};
+
+// The region a plan changes: the start, the nodes moved; from them, the
+// values that stop existing as such (each Transpose<perm>(a twin that the
+// plan has)) and the Transposes they come from (the start, and Transposes
+// the moved nodes read through).
+struct Region {
+  ir::Node* root = nullptr;
+  Perm root_perm;
+  std::vector<Moved> moved;
+};
+
+// What a region does to the count, and to whom.
+struct Roles {
+  std::unordered_map<ir::Value*, Perm> perm_of;                       // the region's values
+  std::vector<ir::Node*> sources;                                     // Transposes whose outputs are region values
+  std::vector<std::pair<ir::Node*, ir::Value*>> cancelled, composed;  // Transpose readers, and what they read
+  int delta = 0;                                                      // Transposes added minus removed
+};
+
+// Grows a region from a Transpose through every node that can take it
+// (topological order, so a node's inputs are settled before it), then
+// prunes the nodes at its lower edge that do not pay for themselves.
+class Planner {
+ public:
+  // `position`: each node of `graph` by its place in a topological order.
+  Planner(const ir::Model& model, const ir::Graph& graph, const std::unordered_map<const ir::Node*, size_t>& position)
+      : model_(model), graph_(graph), position_(position) {}
+
+  Region grow(ir::Node* root, const Perm& perm);
+  // The region's values, sources, readers and count change, as it stands.
+  Roles roles(const Region& region);
+  // "node: why" for each node a Transpose could not move through while planning.
+  const std::vector<std::string>& refusals() const { return refusals_; }
+
+ private:
+  const ir::Model& model_;
+  const ir::Graph& graph_;
+  const std::unordered_map<const ir::Node*, size_t>& position_;
+  std::vector<std::string> refusals_;
+
+  bool cancels(const ir::Node* t, const ir::Value* v, const ir::Value* existing);
+  void prune(Region& region);
+};
+
+}  // namespace pyonnxopt::passes

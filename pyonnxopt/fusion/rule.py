@@ -1,0 +1,168 @@
+"""Fusion rules: a pattern (pattern.py), an optional check, and a
+replacement written in Python. A rule is a pass: it has a name, runs in the
+pipeline, can be skipped with --skip, and reports where it fired and where
+it almost did (`near_misses`, shown by `--explain NAME`).
+
+    class DoubleRelu(Rule):
+        name = "fuse_double_relu"
+        description = "Relu(Relu(x)) -> Relu(x)"
+
+        def pattern(self, opset):
+            return Op("Relu", Op("Relu", Var("x"), name="inner"), name="outer")
+
+        def rewrite(self, m, edit):
+            edit.replace_root("Relu", [m["x"]])
+
+    pyonnxopt.passes.register(DoubleRelu())
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from pyonnxopt.fusion.pattern import Op, compile_pattern
+from pyonnxopt.model import Model, Node, Value
+from pyonnxopt.passes.base import Pass, PassOptions, PassResult
+
+
+def node_id(n: Node) -> str:
+    """How reports name a node (as the native passes do)."""
+    if n.name:
+        return n.name
+    out = next((v for v in n.outputs if v is not None), None)
+    return f"{n.op_type}->{out.name}" if out is not None else n.op_type
+
+
+def opset_of(model: Model, graph, domain: str = "") -> int:
+    """The opset of `domain` the graph's nodes follow (0 when not imported)."""
+    return model.opset_imports.get(domain, model.opset_imports.get("ai.onnx", 0) if domain == "" else 0)
+
+
+def known_shape(v: Optional[Value]) -> Optional[list]:
+    """The value's shape as the model states it (ints, or None per unknown
+    dim), or None when not even the rank is known."""
+    if v is None:
+        return None
+    if v.initializer is not None and not v.is_graph_input:
+        return list(v.initializer.dims)
+    shape = v.type.get("shape")
+    if shape is None:
+        return None
+    return [d if isinstance(d, int) else None for d in shape]
+
+
+def known_dtype(v: Optional[Value]) -> int:
+    """The value's ONNX element type when stated, else 0."""
+    if v is None:
+        return 0
+    if v.initializer is not None:
+        return v.initializer.data_type
+    return v.type.get("elem_type", 0) or 0
+
+
+class Match:
+    """One place the pattern matched: bindings by element name."""
+
+    def __init__(self, model: Model, graph, names: list, bound: list, opset: int, options: PassOptions):
+        self.model, self.graph, self.opset, self.options = model, graph, opset, options
+        self._by_name = dict(zip(names, bound))
+        self.root: Node = bound[0]
+        self.nodes = [b for b in bound if isinstance(b, Node)]
+
+    def __getitem__(self, name: str):
+        return self._by_name[name]
+
+    def array(self, name: str) -> np.ndarray:
+        """A bound constant's data (read-only, no copy where possible)."""
+        return self._by_name[name].initializer.numpy()
+
+    def shape(self, name: str) -> Optional[list]:
+        return known_shape(self._value(name))
+
+    def dtype(self, name: str) -> int:
+        return known_dtype(self._value(name))
+
+    def _value(self, name: str) -> Optional[Value]:
+        b = self._by_name[name]
+        return b.outputs[0] if isinstance(b, Node) else b
+
+
+class Edit:
+    """The graph edits a replacement may make. New nodes go before the root,
+    where every input the pattern saw is defined."""
+
+    def __init__(self, m: Match):
+        self._m = m
+        self.graph = m.graph
+        self.added: list = []
+
+    def constant(self, array: np.ndarray, hint: str) -> Value:
+        """A new initializer holding `array` (named after `hint`)."""
+        from onnx import helper
+
+        array = np.ascontiguousarray(array)
+        dtype = int(helper.np_dtype_to_tensor_dtype(array.dtype))
+        return self.graph.add_initializer(self.graph.unique_name(hint), dtype, list(array.shape), array.tobytes())
+
+    def node(self, op_type: str, inputs: list, attrs: Optional[dict] = None, *, domain: str = "",
+             outputs: int = 1, hint: str = "") -> list:
+        """A new node before the root; returns its output values."""
+        hint = hint or f"{node_id(self._m.root)}_{op_type}"
+        names = [self.graph.unique_name(f"{hint}_out{i}" if outputs > 1 else hint) for i in range(outputs)]
+        n = self.graph.add_node(op_type, inputs, names, name=self.graph.unique_name(hint), domain=domain,
+                                before=self._m.root)
+        self._set_attrs(n, attrs)
+        self.added.append(n)
+        return list(n.outputs)
+
+    def replace_root(self, op_type: str, inputs: list, attrs: Optional[dict] = None, *, domain: str = "",
+                     copy_attrs_from: Optional[Node] = None) -> Node:
+        """A new node computing the root's outputs (same values, same names)."""
+        root = self._m.root
+        n = self.graph.replace_node(root, op_type, inputs, name=root.name, domain=domain)
+        if copy_attrs_from is not None:
+            n.copy_attributes(copy_attrs_from)
+        self._set_attrs(n, attrs)
+        self.added.append(n)
+        return n
+
+    def bypass_root(self, value: Value) -> Optional[str]:
+        """The root's readers read `value` instead and the root goes; a
+        graph output keeps its name. None, or why not (graph unchanged):
+        return that from `rewrite`."""
+        root = self._m.root
+        return self.graph.bypass(root, value, root.outputs[0])
+
+    @staticmethod
+    def _set_attrs(n: Node, attrs: Optional[dict]) -> None:
+        for k, v in (attrs or {}).items():
+            if isinstance(v, np.ndarray):
+                from onnx import helper
+
+                v = ("tensor", int(helper.np_dtype_to_tensor_dtype(v.dtype)), list(v.shape),
+                     np.ascontiguousarray(v).tobytes())
+            n.set_attribute(k, v)
+
+
+class Rule(Pass):
+    """A fusion: `pattern(opset)` says where, `check` may refuse with a
+    reason, `rewrite` edits the graph (or returns a reason, having changed
+    nothing). Matched nodes nobody reads afterwards are removed."""
+
+    min_opset: int = 1  # the rule does not run below this default-domain opset
+
+    def pattern(self, opset: int) -> Op:
+        raise TypeError(f"{type(self).__name__} must define pattern()")
+
+    def check(self, m: Match) -> Optional[str]:
+        return None
+
+    def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
+        raise TypeError(f"{type(self).__name__} must define rewrite()")
+
+    def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
+        from pyonnxopt.fusion.engine import run_rule
+
+        return run_rule(self, model, options)
