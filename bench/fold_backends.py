@@ -16,7 +16,8 @@ Three parts:
    cost (times grow linearly with size); their median is the cold
    NUMBA_THRESHOLD (pyonnxopt/fold/select.py).
 3. A sweep of sizes for BN folding: where numba starts to win warm
-   (`crossover`), rounded up: NUMBA_WARM_THRESHOLD, used once numba is loaded.
+   (`crossover`); NUMBA_WARM_THRESHOLD, used once numba is loaded, sits at
+   or above it.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
             print(table(["elements", "MB"] + [f"{b} s" for b in backends] + ["numpy/numba"],
                         [[f"{r['elements']:.3g}", f"{r['bytes'] / MB:.2f}"] + [f"{r[b]:.5f}" for b in backends]
                          + [f"{r['numpy'] / r['numba']:.2f}x"] for r in srows]))
-            print(f"numba wins from {_mb(found['crossover_bytes'])} on (rounded up: NUMBA_WARM_THRESHOLD); "
+            print(f"numba wins warm from {_mb(found['crossover_bytes'])} on (NUMBA_WARM_THRESHOLD sits at or above it); "
                   f"one call saves its one-time cost ({one_time:.2f} s) from {_mb(found['pays_alone_bytes'])}")
     select = fold.select
     print(f"\nthresholds in use: numba {_mb(select.NUMBA_THRESHOLD)} (cold), {_mb(select.NUMBA_WARM_THRESHOLD)} "

@@ -9,14 +9,14 @@ file; every result is a new C-contiguous array (never a view of an input),
 built without temporaries the size of the input where the backend allows.
 float16/bfloat16 weights are computed in float32 and rounded once.
 
-`backend=None` picks by size (`choose_backend`, in fold/select.py): numpy
-below select.NUMBA_THRESHOLD bytes, numba from there when it imports, cupy
-from select.CUPY_THRESHOLD when it imports and sees a CUDA device; whatever
-is missing falls back to numpy silently. Asking for a backend by name that cannot run
-raises BackendUnavailable. numba and cupy are imported only when chosen.
-The thresholds come from bench/fold_backends.py (see bench/README.md); the
-environment variables PYONNXOPT_NUMBA_THRESHOLD and PYONNXOPT_CUPY_THRESHOLD
-(bytes) override them.
+`backend=None` picks by size (`choose_backend`, fold/select.py): numpy for
+small tensors, numba for big ones when it imports (from 1 GB while numba is
+not loaded in the process, since loading it costs 1.8 s or more; from 16 MB
+once it is), cupy from 1 GB when it imports and sees a CUDA device; whatever is
+missing falls back to numpy silently. Asking for a backend by name that
+cannot run raises BackendUnavailable. numba and cupy are imported only when
+chosen. The thresholds come from bench/fold_backends.py (bench/README.md);
+PYONNXOPT_NUMBA_THRESHOLD and PYONNXOPT_CUPY_THRESHOLD (bytes) override them.
 
 Results agree between backends bit for bit (a NaN's payload aside), except
 matmul, where BLAS and cuBLAS sum in their own orders (float re-association
@@ -38,7 +38,8 @@ from pyonnxopt.fold.select import BACKENDS, available, backend_module, choose_ba
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "BACKENDS", "BackendUnavailable", "available", "backend_module", "batchnorm_scale", "cast", "choose_backend", "fold_batchnorm", "matmul", "scale_channels", "transpose",
+    "BACKENDS", "BackendUnavailable", "available", "backend_module", "batchnorm_scale", "cast",
+    "choose_backend", "fold_batchnorm", "matmul", "scale_channels", "transpose",
 ]
 
 

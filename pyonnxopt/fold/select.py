@@ -1,13 +1,14 @@
 """Which fold backend runs: by name, or chosen by the size of the tensor.
 
 The thresholds come from bench/fold_backends.py (bench/README.md has the
-numbers, 2 cores). numba's kernels are 1.7-6x faster than numpy's from about
-1 MB, but the first use in a process costs about 1.5 s (importing numba and
-loading the cached kernels). So numba is chosen for a tensor of
-NUMBA_THRESHOLD bytes, where one call about repays that cost, and once it is
-loaded, for every tensor from NUMBA_WARM_THRESHOLD. CUPY_THRESHOLD was not
-measured (no GPU at hand): each fold op is a round trip over PCIe, so a GPU
-can only pay for tensors far bigger than numba's.
+numbers, 2 cores). Warm, numba's kernels beat numpy's from about 1 MB on a
+quiet machine and from 16-64 MB on a busy one, but the first use in a
+process costs 1.8 s or more (importing numba, loading the cached kernels).
+So numba is chosen for a tensor of NUMBA_THRESHOLD bytes, the median over
+the measured ops of the size where one call repays that cost (1.3-1.4 GB in
+two runs), and once it is loaded, from NUMBA_WARM_THRESHOLD. CUPY_THRESHOLD
+was not measured (no GPU at hand): each fold op is a round trip over PCIe,
+so a GPU can only pay for tensors far bigger than numba's.
 
 PYONNXOPT_NUMBA_THRESHOLD (both numba thresholds) and
 PYONNXOPT_CUPY_THRESHOLD override them, in bytes (e.g. 1e8).
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 BACKENDS = ("numpy", "numba", "cupy")
 NUMBA_THRESHOLD = 1 << 30
-NUMBA_WARM_THRESHOLD = 4 << 20
+NUMBA_WARM_THRESHOLD = 16 << 20
 CUPY_THRESHOLD = 1 << 30
 
 _INSTALL = {"numba": "pip install numba", "cupy": "pip install cupy-cuda12x"}
