@@ -49,7 +49,7 @@ def test_info_counts_subgraphs_and_functions(if_model, tmp_path, capsys):
 def test_demo_runs(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "round trip identical" in out and "16 -> 12 nodes" in out and "onnxruntime outputs match" in out
+    assert "round trip identical" in out and "16 -> 9 nodes" in out and "onnxruntime outputs match" in out
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -14,12 +14,12 @@ from pyonnxopt.passes import Pass, PassResult, register, unregister
 def test_optimize_saves_a_checked_smaller_model(cnn_path, tmp_path):
     out = tmp_path / "out.onnx"
     model, report = optimize(cnn_path, out)
-    assert report["nodes_before"] == 16 and report["nodes_after"] == 12
+    assert report["nodes_before"] == 16 and report["nodes_after"] == 9
     assert report["op_counts_after"].get("Identity", 0) == 0 and report["op_counts_after"].get("Dropout", 0) == 0
     assert report["op_counts_after"].get("BatchNormalization", 0) == 0  # fuse_conv_batchnorm
     assert report["check"]["first_mismatch"] is None and report["check"]["outputs"] == 1
     assert report["converged"] and report["version"] == 2
-    assert len(onnx.load(out).graph.node) == 12
+    assert len(onnx.load(out).graph.node) == 9
     onnx.checker.check_model(str(out), full_check=True)
     assert len(onnx.load(cnn_path).graph.node) == 16  # input untouched
 
@@ -62,8 +62,8 @@ def test_cli_in_place_with_report(cnn_path, tmp_path, capsys):
     report_path = tmp_path / "report.json"
     assert main(["optimize", str(cnn_path), str(cnn_path), "--report", str(report_path)]) == 0
     assert "outputs match" in capsys.readouterr().out
-    assert json.loads(report_path.read_text())["nodes_after"] == 12
-    assert len(onnx.load(cnn_path).graph.node) == 12
+    assert json.loads(report_path.read_text())["nodes_after"] == 9
+    assert len(onnx.load(cnn_path).graph.node) == 9
 
 
 def test_cli_choices_and_errors(cnn_path, tmp_path, capsys, broken_pass):
@@ -106,7 +106,7 @@ def test_excluded_nodes_are_left_alone(cnn_path, tmp_path, capsys):
     out = tmp_path / "o.onnx"
     model, report = optimize(cnn_path, out, exclude_nodes=["identity*"])
     assert [n.name for n in model.graph.nodes if n.op_type == "Identity"] == ["identity1", "identity2"]
-    assert report["nodes_after"] == 14
+    assert report["nodes_after"] == 11
     refused = [x for r in report["passes"] for x in r["refused"]]
     assert "'identity1' (Identity): excluded from optimization" in refused
     assert main(["optimize", str(cnn_path), str(out), "--exclude-node", "nothing_like_this"]) == 2
@@ -163,7 +163,7 @@ def test_a_model_edited_in_memory_is_optimized_as_edited(cnn_path):
     g.replace_node(dropout, "Identity", dropout.inputs[:1])
     optimized, report = optimize(m)
     assert report["nodes_before"] == 16 and report["op_counts_before"].get("Dropout", 0) == 0
-    assert report["nodes_after"] == 12 and report["check"]["first_mismatch"] is None
+    assert report["nodes_after"] == 9 and report["check"]["first_mismatch"] is None
     assert len(m.graph) == 16  # the caller's model is not changed
 
 

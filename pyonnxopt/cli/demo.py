@@ -75,9 +75,9 @@ def _run_passes(out, source: str, folder: str) -> int:
     for r in report.runs:
         if r.modified and "removed" in r.stats:
             out.print(f"  {r.name}: removed {', '.join(r.stats['removed'])}")
-        elif r.modified:  # a fusion rule: what each rewrite consumed
-            fused = ("(" + " + ".join(w["consumed"]) + ")" for w in r.stats["rewrites"])
-            out.print(f"  {r.name}: fused {', '.join(fused)}")
+        elif r.modified:  # provenance records: what each rewrite did, to what
+            done = (f"{w['what']} ({' + '.join(w['consumed'])})" for w in r.stats["rewrites"])
+            out.print(f"  {r.name}: {', '.join(done)}")
     optimized = os.path.join(folder, "tiny_cnn.optimized.onnx")
     model.save(optimized)
     opts = ort.SessionOptions()

@@ -980,6 +980,10 @@ def test_any_node_folds_only_as_onnxruntime_computes_it(case):
     folded = {t.name: t for t in m.to_onnx().graph.initializer}
     if any(folded[o].data_type == TensorProto.BFLOAT16 for o in outs):
         return  # onnxruntime's Python API has no bfloat16 outputs; bfloat16 is checked above
-    want = outputs(model, {})  # an invalid node must not have folded: this raises
+    try:
+        want = outputs(model, {})  # an invalid node must not have folded: this raises
+    except ValueError as e:  # onnxruntime ran it, but numpy cannot hold an empty tensor with a dim past 2^62
+        assert "too big" in str(e) and all(0 in folded[o].dims for o in outs)
+        return
     for o, w in zip(outs, want):
         assert_same(numpy_helper.to_array(folded[o]), w)

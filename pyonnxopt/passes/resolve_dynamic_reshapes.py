@@ -1,0 +1,183 @@
+"""resolve_dynamic_reshapes: a Reshape whose target shape is computed at run
+time (Shape -> Gather/Slice -> Unsqueeze -> Concat, the exporters' way of
+writing "keep the batch") gets a constant target instead, so the shape
+arithmetic becomes dead code and the Reshape a plain one:
+
+    b = Gather(Shape(x: [batch, 768, 14, 14]), 0)
+    s = Concat(Unsqueeze(b, [0]), [768], [196])      ->   y = Reshape(x, [0, 768, 196])
+    y = Reshape(x, s)
+
+Each entry of the computed shape is resolved from what the model states:
+a constant; a dim of some tensor that is a known int; a dim provably equal
+(the same int or the same symbol) to x's dim at the same position, which
+Reshape's 0 copies; and, when exactly one entry is still unknown and no -1
+is there, -1 (the one dim Reshape works out). Otherwise the Reshape stays.
+Refused: allowzero=1 (a 0 would then mean an empty dim), an entry whose
+producer is not one of those forms or whose count is unknown."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from pyonnxopt.fusion.values import dims
+from pyonnxopt.model import Model
+from pyonnxopt.passes.base import Pass, PassOptions, PassResult
+
+_UNKNOWN = object()
+
+
+def _ints(v) -> Optional[list]:
+    """A constant integer initializer's values (not a graph input)."""
+    if v is None or v.initializer is None or v.is_graph_input or v.initializer.data_type not in (6, 7):
+        return None
+    return [int(x) for x in np.asarray(v.initializer.numpy()).reshape(-1)]
+
+
+def _attr_or_input(node, attr: str, index: int) -> Optional[list]:
+    if attr in node.attributes:
+        a = node.attributes[attr]
+        return list(a) if isinstance(a, (list, tuple)) else [a]
+    if len(node.inputs) > index and node.inputs[index] is not None:
+        return _ints(node.inputs[index])
+    return None
+
+
+def _shape_dims(node) -> Optional[list]:
+    """The entries a Shape node produces: ("dim", tensor dims, index) each."""
+    d = dims(node.inputs[0])
+    if d is None:
+        return None
+    rank = len(d)
+    start, end = node.attributes.get("start", 0), node.attributes.get("end", rank)
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    return [d[i] for i in range(start, end)]
+
+
+def _entries(v) -> Optional[list]:
+    """The entries of a 1-D int64 value: int, a symbol (str), or _UNKNOWN;
+    None when not even their count is known."""
+    ints = _ints(v)
+    if ints is not None:
+        return ints
+    p = v.producer
+    if p is None:
+        return None
+    if p.op_type == "Shape" and not p.domain:
+        return _shape_dims(p)
+    if p.op_type == "Unsqueeze" and not p.domain:
+        axes = _attr_or_input(p, "axes", 1)
+        inner = _scalar_entry(p.inputs[0])
+        return [inner] if axes in ([0], [-1]) and inner is not None else _unknown_of(v)
+    if p.op_type == "Gather" and not p.domain and p.attributes.get("axis", 0) == 0:
+        src, idx = p.inputs[0].producer, _ints(p.inputs[1])
+        if src is not None and src.op_type == "Shape" and idx is not None and p.inputs[1].initializer.dims:
+            shape = _shape_dims(src)
+            if shape is not None and all(-len(shape) <= i < len(shape) for i in idx):
+                return [shape[i] for i in idx]
+        return _unknown_of(v)
+    if p.op_type == "Slice" and not p.domain and p.inputs[0].producer is not None \
+            and p.inputs[0].producer.op_type == "Shape" and len(p.inputs) >= 3:
+        shape = _shape_dims(p.inputs[0].producer)
+        starts, ends = _ints(p.inputs[1]), _ints(p.inputs[2])
+        axes = _ints(p.inputs[3]) if len(p.inputs) > 3 and p.inputs[3] is not None else [0]
+        steps = _ints(p.inputs[4]) if len(p.inputs) > 4 and p.inputs[4] is not None else [1]
+        if shape is not None and starts and ends and axes in ([0], [-1]) and steps == [1]:
+            return shape[slice(*_clamp(starts[0], ends[0], len(shape)))]
+        return _unknown_of(v)
+    return _unknown_of(v)
+
+
+def _clamp(start: int, end: int, n: int) -> tuple:
+    start = start + n if start < 0 else start
+    end = end + n if end < 0 else end
+    return max(0, min(n, start)), max(0, min(n, end))
+
+
+def _scalar_entry(v):
+    """A 0-d value's entry (Gather of a Shape with a scalar index)."""
+    p = v.producer if v is not None else None
+    if p is None or p.op_type != "Gather" or p.domain or p.attributes.get("axis", 0) != 0:
+        return _UNKNOWN
+    src, idx = p.inputs[0].producer, _ints(p.inputs[1])
+    if src is None or src.op_type != "Shape" or idx is None or p.inputs[1].initializer.dims:
+        return _UNKNOWN
+    shape = _shape_dims(src)
+    if shape is None or not -len(shape) <= idx[0] < len(shape):
+        return _UNKNOWN
+    return shape[idx[0]]
+
+
+def _unknown_of(v) -> Optional[list]:
+    d = dims(v)
+    if d is None or len(d) != 1 or not isinstance(d[0], int):
+        return None
+    return [_UNKNOWN] * d[0]
+
+
+def resolve(x_dims: Optional[list], entries: list) -> tuple:
+    """(constant target, None) or (None, why not)."""
+    out = []
+    for j, e in enumerate(entries):
+        if isinstance(e, int):
+            out.append(e)
+        elif isinstance(e, str) and x_dims is not None and j < len(x_dims) and x_dims[j] == e:
+            out.append(0)  # Reshape's 0 copies x's dim j, which is this very dim
+        else:
+            out.append(None)
+    unknown = [j for j, e in enumerate(out) if e is None]
+    if len(unknown) > 1:
+        return None, f"{len(unknown)} entries of the target shape are not known"
+    if unknown:
+        if -1 in out:
+            return None, "one entry is unknown and another is already -1"
+        out[unknown[0]] = -1
+    return out, None
+
+
+class ResolveDynamicReshapes(Pass):
+    name = "resolve_dynamic_reshapes"
+    description = "a Reshape target computed from Shape becomes a constant (0 copies a dim, -1 the one left)"
+
+    def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
+        stats = {"nodes_removed": 0, "rewrites": [], "refused": []}
+        for g in model._core.all_graphs():
+            if g.is_function_body:
+                continue
+            for n in list(g.nodes):
+                if n.op_type != "Reshape" or n.domain or n.removed or n.pinned or len(n.inputs) < 2:
+                    continue
+                target = n.inputs[1]
+                if target is None or _ints(target) is not None or target.producer is None:
+                    continue
+                label = f"'{n.name or n.op_type + '->' + n.outputs[0].name}' (Reshape)"
+                if n.attributes.get("allowzero", 0):
+                    stats["refused"].append(f"{label}: allowzero=1")
+                    continue
+                entries = self._target_entries(target)
+                if entries is None:
+                    continue
+                shape, why = resolve(dims(n.inputs[0]), entries)
+                if why:
+                    stats["refused"].append(f"{label}: {why}")
+                    continue
+                const = g.add_initializer(g.unique_name(f"{n.outputs[0].name}_shape"), 7, [len(shape)],
+                                          np.asarray(shape, np.int64).tobytes())
+                g.set_input(n, 1, const)
+                stats["rewrites"].append({"what": "constant target", "consumed": [target.name], "produced": [const.name]})
+        return PassResult(bool(stats["rewrites"]), stats)
+
+    @staticmethod
+    def _target_entries(target) -> Optional[list]:
+        p = target.producer
+        if p.op_type == "Concat" and not p.domain:
+            entries = []
+            for v in p.inputs:
+                part = _entries(v) if v is not None else None
+                if part is None:
+                    return None
+                entries += part
+            return entries
+        return _entries(target)

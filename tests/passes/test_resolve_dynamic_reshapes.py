@@ -1,0 +1,128 @@
+"""resolve_dynamic_reshapes: computed Reshape targets become constants; the
+results equal the original's at several sizes of the symbolic dims."""
+
+import numpy as np
+import pytest
+
+import pyonnxopt
+from pyonnxopt.passes import get
+
+from helpers import outputs, parse, run_pass
+
+
+def run(text, opset=17):
+    before = parse(text, opset)
+    m = pyonnxopt.load(before)
+    get("fold_constants").run(m)
+    get("infer_shapes").run(m)
+    r = get("resolve_dynamic_reshapes").run(m)
+    get("eliminate_dead_code").run(m)
+    assert m.check_invariants() == []
+    return before, m, r
+
+
+def target(m):
+    n = next(n for n in m.graph.nodes if n.op_type == "Reshape")
+    t = n.inputs[1].initializer
+    return None if t is None else t.numpy().tolist()
+
+
+def same_at_sizes(before, m, shapes):
+    for shape in shapes:
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        for want, got in zip(outputs(before, {"x": x}), outputs(m, {"x": x})):
+            assert np.array_equal(want, got)
+
+
+def test_batch_from_shape_becomes_zero():
+    before, m, r = run("""g (float[N,4,3,2] x) => (float[N,4,6] y) {
+        ax = Constant <value = int64[1] {0}> ()
+        s = Shape(x)
+        i = Constant <value = int64 {0}> ()
+        b = Gather(s, i)
+        u = Unsqueeze(b, ax)
+        c = Constant <value = int64[2] {4, 6}> ()
+        t = Concat <axis = 0> (u, c)
+        y = Reshape(x, t)
+    }""")
+    assert target(m) == [0, 4, 6] and [n.op_type for n in m.graph.nodes] == ["Reshape"]
+    same_at_sizes(before, m, [(1, 4, 3, 2), (5, 4, 3, 2)])
+
+
+def test_one_unknown_entry_becomes_minus_one_and_slices_of_shape_resolve():
+    before, m, r = run("""g (float[N,T,6] x) => (float[N,T,2,3] y) {
+        ax = Constant <value = int64[1] {0}> ()
+        s = Shape(x)
+        st = Constant <value = int64[1] {0}> ()
+        en = Constant <value = int64[1] {2}> ()
+        nt = Slice(s, st, en)
+        c = Constant <value = int64[2] {2, 3}> ()
+        t = Concat <axis = 0> (nt, c)
+        y = Reshape(x, t)
+    }""")
+    assert target(m) == [0, 0, 2, 3]
+    same_at_sizes(before, m, [(1, 1, 6), (3, 5, 6)])
+    before, m, r = run("""g (float[N,6] x) => (float[3,M] y) {
+        ax = Constant <value = int64[1] {0}> ()
+        s = Shape(x)
+        i = Constant <value = int64 {0}> ()
+        t1 = Gather(s, i)
+        k = Constant <value = int64 {2}> ()
+        p = Mul(t1, k)
+        u = Unsqueeze(p, ax)
+        c = Constant <value = int64[1] {3}> ()
+        t = Concat <axis = 0> (c, u)
+        y = Reshape(x, t)
+    }""")
+    # The computed entry (2*N) is the one unknown: -1; 3 stays.
+    assert target(m) == [3, -1]
+    same_at_sizes(before, m, [(1, 6), (5, 6)])
+
+
+def test_a_dim_from_another_position_is_not_copied():
+    # The target's first entry is x's dim 1 (T), not dim 0: 0 would copy N.
+    before, m, r = run("""g (float[N,T] x) => (float[T,N] y) {
+        ax = Constant <value = int64[1] {0}> ()
+        s = Shape(x)
+        i = Constant <value = int64 {1}> ()
+        j = Constant <value = int64 {0}> ()
+        a = Gather(s, i)
+        b = Gather(s, j)
+        ua = Unsqueeze(a, ax)
+        ub = Unsqueeze(b, ax)
+        t = Concat <axis = 0> (ua, ub)
+        y = Reshape(x, t)
+    }""")
+    assert target(m) is None and r.stats["refused"][0].endswith("2 entries of the target shape are not known")
+    same_at_sizes(before, m, [(2, 3)])
+
+
+def test_allowzero_is_refused():
+    before, m, r = run("""g (float[N,4] x) => (float[N,2,2] y) {
+        ax = Constant <value = int64[1] {0}> ()
+        s = Shape(x)
+        i = Constant <value = int64 {0}> ()
+        b = Gather(s, i)
+        u = Unsqueeze(b, ax)
+        c = Constant <value = int64[2] {2, 2}> ()
+        t = Concat <axis = 0> (u, c)
+        y = Reshape <allowzero = 1> (x, t)
+    }""", opset=14)
+    assert target(m) is None and r.stats["refused"][0].endswith("allowzero=1")
+
+
+def test_the_zoo_form_in_the_default_pipeline():
+    text = """g (float[N,8,2,2] x) => (float[N,8,4] y) {
+        ax = Constant <value = int64[1] {0}> ()
+        s = Shape(x)
+        i = Constant <value = int64 {0}> ()
+        b = Gather(s, i)
+        u = Unsqueeze(b, ax)
+        c = Constant <value = int64[2] {8, 4}> ()
+        t = Concat <axis = 0> (u, c)
+        y = Reshape(x, t)
+    }"""
+    before = parse(text)
+    optimized, report = pyonnxopt.optimize(before)
+    assert [n.op_type for n in optimized.graph.nodes] == ["Reshape"]
+    same_at_sizes(before, optimized, [(1, 8, 2, 2), (4, 8, 2, 2)])
