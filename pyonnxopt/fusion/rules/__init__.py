@@ -1,6 +1,7 @@
 """The built-in fusion rules, in the order the pipeline runs them."""
 
 from pyonnxopt.fusion.rules.fuse_attention import FuseAttention
+from pyonnxopt.fusion.rules.fuse_consecutive_slices import FuseConsecutiveSlices
 from pyonnxopt.fusion.rules.fuse_conv_batchnorm import FuseConvBatchnorm
 from pyonnxopt.fusion.rules.fuse_conv_scale_bias import FuseConvScaleBias
 from pyonnxopt.fusion.rules.fuse_gelu import FuseGelu
@@ -25,4 +26,6 @@ BUILTIN_RULES: list = [
     FuseRmsNormalization(),
     FuseGelu(),
     FuseAttention(),
+    # Data movement.
+    FuseConsecutiveSlices(),
 ]
