@@ -22,7 +22,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from pyonnxopt.fusion.pattern import Op, compile_pattern
+from pyonnxopt.fusion.pattern import Op
 from pyonnxopt.model import Model, Node, Value
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 

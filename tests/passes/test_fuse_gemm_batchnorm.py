@@ -3,7 +3,6 @@ BatchNormalization over [N, C] -> Gemm (or MatMul + Add) with folded weight
 and bias. Numbers: onnxruntime, original against fused, rtol = atol = 1e-5
 in float32."""
 
-import numpy as np
 import pytest
 
 from fusion_helpers import assert_same_outputs, near_misses, rng_weights, run_rule, with_weights

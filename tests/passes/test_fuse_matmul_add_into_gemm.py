@@ -2,7 +2,6 @@
 a and b when c broadcasts to the product one way. Numbers: onnxruntime,
 original against fused, rtol = atol = 1e-5 in float32."""
 
-import numpy as np
 import pytest
 
 from fusion_helpers import assert_same_outputs, near_misses, rng_weights, run_rule, with_weights

@@ -3,7 +3,6 @@ Conv/AveragePool/MaxPool after it, in every Pad form. Numbers: onnxruntime,
 original against fused, rtol = atol = 1e-6 (the same sums, in another
 order at most)."""
 
-import numpy as np
 import pytest
 
 from fusion_helpers import assert_same_outputs, near_misses, rng_weights, run_rule, with_weights

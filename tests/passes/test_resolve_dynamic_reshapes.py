@@ -2,12 +2,11 @@
 results equal the original's at several sizes of the symbolic dims."""
 
 import numpy as np
-import pytest
 
 import pyonnxopt
 from pyonnxopt.passes import get
 
-from helpers import outputs, parse, run_pass
+from helpers import outputs, parse
 
 
 def run(text, opset=17):
