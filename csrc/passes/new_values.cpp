@@ -28,14 +28,9 @@ std::unique_ptr<Tensor> int_tensor(const std::vector<int64_t>& values, int32_t d
 
 Value* add_constant(const Model& model, Graph& g, std::unique_ptr<Tensor> t, const std::string& name, Node* before,
                     bool& added_node) {
-  Value* v = g.create_value(name);
   added_node = g.is_function_body || (model.ir_version.has && model.ir_version.value < 4);
-  if (!added_node) {
-    t->name.set(name);
-    v->initializer = t.get();
-    g.initializers.push_back(std::move(t));
-    return v;
-  }
+  if (!added_node) return g.add_initializer(name, std::move(t));
+  Value* v = g.create_value(name);
   Node* c = g.new_node();
   c->op_type.set("Constant");
   c->name.set(name);

@@ -23,7 +23,8 @@ from typing import Optional, Union
 import numpy as np
 
 from pyonnxopt.fusion.pattern import Op
-from pyonnxopt.model import Model, Node, Value
+from pyonnxopt.fusion.values import dims
+from pyonnxopt.model import Model, Node, Value, raw_data
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 
 
@@ -42,15 +43,10 @@ def opset_of(model: Model, graph, domain: str = "") -> int:
 
 def known_shape(v: Optional[Value]) -> Optional[list]:
     """The value's shape as the model states it (ints, or None per unknown
-    dim), or None when not even the rank is known."""
-    if v is None:
-        return None
-    if v.initializer is not None and not v.is_graph_input:
-        return list(v.initializer.dims)
-    shape = v.type.get("shape")
-    if shape is None:
-        return None
-    return [d if isinstance(d, int) else None for d in shape]
+    dim), or None when not even the rank is known; `values.dims` keeps the
+    symbols."""
+    shape = dims(v)
+    return None if shape is None else [d if isinstance(d, int) else None for d in shape]
 
 
 def known_dtype(v: Optional[Value]) -> int:
@@ -104,11 +100,7 @@ class Edit:
 
     def constant(self, array: np.ndarray, hint: str) -> Value:
         """A new initializer holding `array` (named after `hint`)."""
-        from onnx import helper
-
-        array = np.ascontiguousarray(array)
-        dtype = int(helper.np_dtype_to_tensor_dtype(array.dtype))
-        return self.graph.add_initializer(self.graph.unique_name(hint), dtype, list(array.shape), array.tobytes())
+        return self.graph.add_initializer(self.graph.unique_name(hint), *raw_data(array))
 
     def node(self, op_type: str, inputs: list, attrs: Optional[dict] = None, *, domain: str = "",
              outputs: int = 1, hint: str = "", before: Optional[Node] = None, omitted: tuple = ()) -> list:
@@ -158,12 +150,7 @@ class Edit:
     @staticmethod
     def _set_attrs(n: Node, attrs: Optional[dict]) -> None:
         for k, v in (attrs or {}).items():
-            if isinstance(v, np.ndarray):
-                from onnx import helper
-
-                v = ("tensor", int(helper.np_dtype_to_tensor_dtype(v.dtype)), list(v.shape),
-                     np.ascontiguousarray(v).tobytes())
-            n.set_attribute(k, v)
+            n.set_attribute(k, ("tensor", *raw_data(v)) if isinstance(v, np.ndarray) else v)
 
 
 class Rule(Pass):

@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from pyonnxopt.fusion.rule import node_id
 from pyonnxopt.fusion.values import dims
 from pyonnxopt.model import Model
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
@@ -71,13 +72,9 @@ def _entries(v) -> Optional[list]:
         axes = _attr_or_input(p, "axes", 1)
         inner = _scalar_entry(p.inputs[0])
         return [inner] if axes in ([0], [-1]) and inner is not None else _unknown_of(v)
-    if p.op_type == "Gather" and not p.domain and p.attributes.get("axis", 0) == 0:
-        src, idx = p.inputs[0].producer, _ints(p.inputs[1])
-        if src is not None and src.op_type == "Shape" and idx is not None and p.inputs[1].initializer.dims:
-            shape = _shape_dims(src)
-            if shape is not None and all(-len(shape) <= i < len(shape) for i in idx):
-                return [shape[i] for i in idx]
-        return _unknown_of(v)
+    if p.op_type == "Gather":
+        gathered = _gathered(p)
+        return gathered if gathered is not None else _unknown_of(v)
     if p.op_type == "Slice" and not p.domain and p.inputs[0].producer is not None \
             and p.inputs[0].producer.op_type == "Shape" and len(p.inputs) >= 3:
         shape = _shape_dims(p.inputs[0].producer)
@@ -96,18 +93,25 @@ def _clamp(start: int, end: int, n: int) -> tuple:
     return max(0, min(n, start)), max(0, min(n, end))
 
 
+def _gathered(p) -> Optional[list]:
+    """The entries of Gather(Shape(t), constant indices) along axis 0 (one
+    per index; a scalar index gives one), or None."""
+    src, idx = p.inputs[0].producer, _ints(p.inputs[1])
+    if p.domain or p.attributes.get("axis", 0) != 0 or src is None or src.op_type != "Shape" or idx is None:
+        return None
+    shape = _shape_dims(src)
+    if shape is None or not all(-len(shape) <= i < len(shape) for i in idx):
+        return None
+    return [shape[i] for i in idx]
+
+
 def _scalar_entry(v):
     """A 0-d value's entry (Gather of a Shape with a scalar index)."""
     p = v.producer if v is not None else None
-    if p is None or p.op_type != "Gather" or p.domain or p.attributes.get("axis", 0) != 0:
+    if p is None or p.op_type != "Gather":
         return _UNKNOWN
-    src, idx = p.inputs[0].producer, _ints(p.inputs[1])
-    if src is None or src.op_type != "Shape" or idx is None or p.inputs[1].initializer.dims:
-        return _UNKNOWN
-    shape = _shape_dims(src)
-    if shape is None or not -len(shape) <= idx[0] < len(shape):
-        return _UNKNOWN
-    return shape[idx[0]]
+    gathered = _gathered(p)  # not None: the index is a constant initializer
+    return gathered[0] if gathered and not p.inputs[1].initializer.dims else _UNKNOWN
 
 
 def _unknown_of(v) -> Optional[list]:
@@ -152,7 +156,7 @@ class ResolveDynamicReshapes(Pass):
                 target = n.inputs[1]
                 if target is None or _ints(target) is not None or target.producer is None:
                     continue
-                label = f"'{n.name or n.op_type + '->' + n.outputs[0].name}' (Reshape)"
+                label = f"'{node_id(n)}' (Reshape)"
                 if n.attributes.get("allowzero", 0):
                     stats["refused"].append(f"{label}: allowzero=1")
                     continue

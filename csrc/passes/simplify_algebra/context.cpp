@@ -2,6 +2,7 @@
 
 #include "passes/bypass.h"
 #include "passes/known_values.h"
+#include "passes/new_values.h"
 
 namespace pyonnxopt::passes::algebra {
 
@@ -33,29 +34,13 @@ std::string Context::fresh_name(const std::string& base) {
 
 Value* Context::add_constant(Graph& g, Node* before, const std::string& base, const fold::Array& a) {
   const bool as_node = g.is_function_body || (model.ir_version.has && model.ir_version.value < 4);
-  std::unique_ptr<Tensor> t = fold::to_tensor(a);
-  if (!as_node) {
-    Value* v = g.create_value(fresh_name(base));
-    t->name.set(v->name);
-    v->initializer = t.get();
-    g.initializers.push_back(std::move(t));
-    return v;
-  }
-  if (opset(g) < 9 && !is_floating(a.dtype)) {
+  if (as_node && opset(g) < 9 && !is_floating(a.dtype)) {
     say(std::string("a Constant before opset 9 cannot hold ") + dtype_name(a.dtype));
     return nullptr;
   }
-  Node* c = g.new_node();
-  c->op_type.set("Constant");
-  Value* v = g.create_value(fresh_name(base));
-  c->name.set(v->name);
-  Attribute& value = c->attributes.emplace_back();
-  value.name.set("value");
-  value.type.set(int32_t(AttrType::kTensor));
-  value.t = std::move(t);
-  c->outputs.push_back(v);
-  g.add_node(c, before);
-  ++stats->nodes_added;
+  bool added_node = false;
+  Value* v = passes::add_constant(model, g, fold::to_tensor(a), fresh_name(base), before, added_node);
+  stats->nodes_added += added_node;
   return v;
 }
 

@@ -10,6 +10,8 @@ import numpy as np
 
 from pyonnxopt.fusion import Const, Op
 from pyonnxopt.fusion.rule import Edit, Match
+from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, fits_skip_contract, shared_sum_reason
+from pyonnxopt.fusion.values import dims
 
 
 def reduce_mean(x, name: str, opset: int) -> Op:
@@ -150,8 +152,6 @@ def residual(opset: int, since: int):
 def skip_order(m: Match) -> Optional[tuple]:
     """(input, skip) as bound names when the residual Add's operands fit
     onnxruntime's Skip*LayerNormalization contract, else None."""
-    from pyonnxopt.fusion.targets import fits_skip_contract
-    from pyonnxopt.fusion.values import dims
 
     total = dims(m["x"].outputs[0])
     for inp, skip in (("a", "b"), ("b", "a")):
@@ -163,8 +163,6 @@ def skip_order(m: Match) -> Optional[tuple]:
 def check_skip(m: Match, op: str, k: int, names: tuple) -> Optional[str]:
     """None when the residual form can become com.microsoft `op`: one
     normalized (last) axis, operands that fit, [H] weights, a CPU kernel."""
-    from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, shared_sum_reason
-    from pyonnxopt.fusion.values import dims
 
     total = dims(m["x"].outputs[0])
     if k != 1 or skip_order(m) is None:
@@ -179,7 +177,6 @@ def check_skip(m: Match, op: str, k: int, names: tuple) -> Optional[str]:
 def skip_weight(m: Match, edit: Edit, name: str, fill: Optional[float]):
     """The [H] weight of a Skip*LayerNormalization: the matched constant, or
     `fill` (None: omitted) when the pattern had none."""
-    from pyonnxopt.fusion.values import dims
 
     if name in m:
         return m[name]
