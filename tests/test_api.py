@@ -225,6 +225,28 @@ def test_unchanged_external_file_is_copied_whole_at_the_same_offsets(tmp_path):
     assert os.stat(out / "m.onnx.data").st_ino != os.stat(tmp_path / "src.onnx.data").st_ino
 
 
+def test_a_large_new_tensor_joins_the_external_data_a_small_one_stays_inline(tmp_path):
+    """A folded weight in a model with external data goes where its weights
+    are; kept where they were, the inline ones stay inline."""
+    src, _ = _onnx_external(tmp_path)
+    m = pyonnxopt.load(src)
+    m.graph.add_initializer("big_new", TensorProto.FLOAT, [512, 1024], np.ones((512, 1024), np.float32).tobytes())
+    m.graph.add_initializer("small_new", TensorProto.FLOAT, [4], np.ones(4, np.float32).tobytes())
+    m.save(tmp_path / "out.onnx")
+    stored = {t.name: t.data_location for t in onnx.load(tmp_path / "out.onnx", load_external_data=False).graph.initializer}
+    assert stored["big_new"] == TensorProto.EXTERNAL and stored["small_new"] == TensorProto.DEFAULT
+    assert all(stored[f"w{i}"] == TensorProto.EXTERNAL for i in range(4))
+    loaded = {t.name: numpy_helper.to_array(t) for t in onnx.load(tmp_path / "out.onnx").graph.initializer}
+    assert (loaded["big_new"] == 1).all() and loaded["big_new"].shape == (512, 1024)
+
+
+def test_inline_models_stay_inline_with_a_large_new_tensor(tmp_path, cnn_path):
+    m = pyonnxopt.load(cnn_path)
+    m.graph.add_initializer("big_new", TensorProto.FLOAT, [512, 1024], np.ones((512, 1024), np.float32).tobytes())
+    r = m.save(tmp_path / "out.onnx")
+    assert r.data_files == []
+
+
 def test_small_external_files_are_gathered_into_one(tmp_path):
     """onnx's one-file-per-tensor layout: the output holds one data file."""
     weights = [numpy_helper.from_array(np.full((8, 8), i, np.float32), f"w{i}") for i in range(5)]

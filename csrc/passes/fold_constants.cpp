@@ -116,6 +116,22 @@ bool frees(const Node& n, size_t i) {
 
 bool is_read(const Value* v) { return v && (!v->uses.empty() || v->is_graph_output()); }
 
+// A Transpose of a constant that only MatMul/Gemm read: the transposed copy
+// is the weight layout the product wants. Kept, it transposes the whole
+// weight on every run (a tied embedding's lm_head: a third of GPT-2's time
+// with onnxruntime's optimizations off), so it folds even when the source
+// stays (growth); onnxruntime makes the same copy at load when it may.
+bool is_weight_layout(const Node& n) {
+  if (n.op_type.value != "Transpose" || n.outputs.size() != 1 || !n.outputs[0]) return false;
+  const Value* out = n.outputs[0];
+  if (out->is_graph_output() || out->uses.empty()) return false;
+  for (const Use& u : out->uses) {
+    const std::string& op = u.node->op_type.value;
+    if (!is_standard_domain(u.node->domain.value) || (op != "MatMul" && op != "Gemm")) return false;
+  }
+  return true;
+}
+
 // The tensor a Constant node's one attribute states: `value` itself, or
 // value_float(s) / value_int(s) / value_string(s) as a FLOAT / INT64 / STRING
 // scalar or vector (torch's dynamo exporter writes value_ints for shapes).
@@ -197,6 +213,9 @@ PassStats FoldConstants::run(Model& model, const PassOptions& options) const {
         if (a && frees(*n, i)) input_bytes += a->nbytes();
       }
       const std::string label = n->display_name();
+      // A weight-layout copy may be as large as its source, shared or not.
+      const bool layout = is_weight_layout(*n) && inputs[0];
+      if (layout) input_bytes = std::max<uint64_t>(input_bytes, inputs[0]->nbytes());
       fold::KernelContext ctx{*n, opset, std::max<uint64_t>(options.fold_size_limit, input_bytes)};
       std::vector<Array> outputs;
       if (all_constant) {
@@ -235,7 +254,7 @@ PassStats FoldConstants::run(Model& model, const PassOptions& options) const {
                                 "(its value is passed on to its readers)");
         continue;
       }
-      Rewrite record{"folded", {node_id(*n)}, {}};
+      Rewrite record{layout ? "folded (weight layout for MatMul/Gemm)" : "folded", {node_id(*n)}, {}};
       const std::vector<Value*> outs = n->outputs;
       for (size_t i = 0; i < outs.size(); ++i) {
         if (!outs[i]) continue;

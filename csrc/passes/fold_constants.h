@@ -31,7 +31,9 @@
 //   1. a result larger than the limit (PassOptions::fold_size_limit) and
 //      larger than the inputs the fold frees (growth-aware folding; an input
 //      something else still reads is not freed, so a transposed copy of a
-//      shared weight counts as growth), or
+//      shared weight counts as growth; except a Transpose that only
+//      MatMul/Gemm read, the weight layout the product wants, which may be
+//      as large as its source), or
 //      whose element count overflows;
 //   2. a node excluded from optimization (--exclude-node), also where only
 //      partial shapes would know its output (which then is not tracked);

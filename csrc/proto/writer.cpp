@@ -353,6 +353,7 @@ std::string dir_name(const std::string& path) {
 // written as one clone or copy. Small files (onnx's one-file-per-tensor
 // layout) and the rest are laid out afresh in one file.
 constexpr uint64_t kWholeCopyMinBytes = 16 << 20;
+constexpr uint64_t kNewTensorExternalMinBytes = 1 << 20;
 
 std::unordered_map<const Buffer*, bool> whole_sources(const std::vector<const Tensor*>& external, const SaveOptions& opt) {
   std::unordered_map<const Buffer*, uint64_t> referenced;
@@ -374,11 +375,20 @@ Plan make_plan(const Model& m, ExternalMode mode, const SaveOptions& opt, const 
     plan.whole_copy_of.push_back(whole);
   };
 
+  // Keeping tensors where they were, a model with external data also sends
+  // large new tensors there (a folded weight): its weights stay out of the
+  // protobuf, as its author chose.
+  const std::vector<Tensor*> tensors = m.all_tensors();
+  const bool has_external = std::any_of(tensors.begin(), tensors.end(), [](const Tensor* t) { return t->is_external(); });
+  auto goes_external = [&](const Tensor* t, uint64_t length) {
+    if (t->is_external()) return true;
+    if (mode == ExternalMode::kAll) return length >= opt.size_threshold;
+    return has_external && length >= std::max<uint64_t>(opt.size_threshold, kNewTensorExternalMinBytes);
+  };
   std::vector<const Tensor*> external;
-  for (const Tensor* t : m.all_tensors()) {
+  for (const Tensor* t : tensors) {
     const Blob* payload = t->raw_payload();
-    if (payload && (t->is_external() || (mode == ExternalMode::kAll && payload->length >= opt.size_threshold)))
-      external.push_back(t);
+    if (payload && goes_external(t, payload->length)) external.push_back(t);
   }
   const auto whole = whole_sources(external, opt);
   std::unordered_map<const Buffer*, size_t> file_of_source;

@@ -507,6 +507,26 @@ def test_a_copy_of_a_constant_something_else_reads_is_growth():
     assert any("Transpose" in why and "fold size limit" in why for why in r.stats["refused"])
 
 
+def test_a_transposed_copy_for_matmul_folds_even_when_shared():
+    """A tied lm_head: Gather reads the embedding, MatMul its transpose. The
+    copy is the layout the product wants; kept, it runs on every inference."""
+    x = np.arange(1024, dtype=np.float32).reshape(32, 32)
+    model = with_tensors("""g (int64[2] i, float[2,32] h) => (float[2,32] z, float[2,32] y) {
+        t = Transpose(x)  y = MatMul(h, t)  z = Gather(x, i) }""", x=x)
+    m, r = fold(model, fold_size_limit=16)
+    assert ops(m) == ["MatMul", "Gather"] and r.stats["refused"] == []
+    assert_same(initializers(m)["t"], x.T)
+    assert any(w["what"] == "folded (weight layout for MatMul/Gemm)" for w in r.stats["rewrites"])
+
+
+def test_a_shared_transpose_read_by_anything_but_a_product_is_still_growth():
+    x = np.arange(1024, dtype=np.float32).reshape(32, 32)
+    model = with_tensors("""g (int64[2] i, float[2,32] h) => (float[2,32] z, float[32,32] y) {
+        t = Transpose(x)  y = Add(t, t)  z = Gather(x, i) }""", x=x)
+    m, _ = fold(model, fold_size_limit=16)
+    assert "Transpose" in ops(m)
+
+
 # ---- what is constant ----
 
 def test_graph_input_with_initializer_is_not_constant():
