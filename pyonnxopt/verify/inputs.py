@@ -38,9 +38,24 @@ class InputSpec:
     onnx_type: str = ""
     position: int = 0
 
+    def __post_init__(self):
+        if self.dtype is not None:
+            self.dtype = np.dtype(self.dtype)
+            if not self.onnx_type:  # built by hand from a dtype: a tensor of it
+                self.onnx_type = _tensor_type_text(self.dtype)
+
     @property
     def is_tensor(self) -> bool:
         return self.onnx_type.startswith("tensor(")
+
+
+def _tensor_type_text(dtype: np.dtype) -> str:
+    from onnx import TensorProto, helper
+
+    try:
+        return f"tensor({TensorProto.DataType.Name(helper.np_dtype_to_tensor_dtype(dtype)).lower()})"
+    except (KeyError, ValueError, TypeError):
+        return f"tensor({dtype})"
 
 
 def _type_text(tp) -> str:
