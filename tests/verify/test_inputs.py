@@ -447,3 +447,12 @@ def test_random_feeds_pass_validation():
     specs = input_specs(bert_like())
     feeds = random_feeds(specs, seed=2, batch_size=2, dims={"seq": 7})
     assert validate_feeds(specs, feeds, "random") == feeds
+
+
+def test_input_specs_of_a_missing_or_broken_model_is_a_model_error(tmp_path):
+    from pyonnxopt.errors import ModelError
+
+    with pytest.raises(ModelError, match=r"missing.onnx: cannot read the model: "):
+        input_specs(tmp_path / "missing.onnx")
+    with pytest.raises(ModelError, match=r"^<model bytes>: not an ONNX model: "):
+        input_specs(b"\xff\xff\xff\xff")
