@@ -1,0 +1,1 @@
+"""verify: runs an original and an optimized model on the same inputs and compares them."""
