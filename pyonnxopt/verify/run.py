@@ -220,6 +220,8 @@ def _session(ref, names: list):
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 3
+    # idle onnxruntime threads would spin on the cores the comparison needs
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if ref.folder:  # external data beside the file, read from the copy's bytes
         opts.add_session_config_entry("session.model_external_initializers_file_folder_path", ref.folder)
     outputs = {v.name for v in ref.model.graph.outputs}
