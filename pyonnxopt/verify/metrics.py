@@ -140,7 +140,7 @@ def merge(a: dict, b: dict) -> dict:
     merged["snr_db"] = _worst(a["snr_db"], b["snr_db"], min)
     merged["ok"] = a["ok"] and b["ok"]
     merged["mismatch"] = a["mismatch"] or b["mismatch"]
-    if not a["ok"] and a["max_abs"] is None:  # a shape change has no metrics: keep it that way
+    if any(not r["ok"] and r["max_abs"] is None for r in (a, b)):  # a shape change has no metrics
         for key in ("max_abs", "max_rel", "cosine", "snr_db"):
             merged[key] = None
     merged["histogram"] = {"edges": a["histogram"]["edges"],
