@@ -50,7 +50,6 @@ def open_model(source, label: str) -> ModelRef:
     """A path, bytes or onnx.ModelProto as a ModelRef. A path is read again
     for each session (from the page cache), so its bytes are not held in
     between."""
-    import pyonnxopt
 
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)

@@ -86,7 +86,8 @@ def verify(original, optimized, *, inputs=None, seed: int = 0, samples: int = 1,
                         "mismatch": "not in the original model"})
     layer_records = [record(i.name) for i in layer_list if i.name in records]
     failed = [r for r in outputs + layer_records if not r["ok"]]
-    first = min(failed, key=lambda r: (r["order"] is None, r["order"] if r["order"] is not None else 0)) if failed else None
+    # the earliest in the original's node order; outputs it lacks last
+    first = min(failed, key=lambda r: (r["order"] is None, r["order"] or 0)) if failed else None
     return {
         "kind": "verify", "version": VERSION,
         "original": a.path or "<memory>", "optimized": b.path or "<memory>",
@@ -133,8 +134,9 @@ class _FallbackInputs:
 
     @staticmethod
     def input_specs(source):
-        import pyonnxopt
         from onnx import helper
+
+        import pyonnxopt
 
         model = pyonnxopt.load(source)
         return [_FallbackInputs.Spec(v.name, np.dtype(helper.tensor_dtype_to_np_dtype(v.type["elem_type"])),

@@ -6,6 +6,7 @@ csrc/passes/pass.h names it), and initializer counts and bytes."""
 from __future__ import annotations
 
 from collections import Counter
+
 from pyonnxopt.model import Model
 
 

@@ -70,7 +70,8 @@ def test_plan_groups_by_budget_and_count():
     assert im.plan_groups(list("abcd"), sizes, budget=10**9, group_size=None, guess=10) == [list("abcd")]
     assert im.plan_groups(list("abcd"), sizes, budget=10**9, group_size=3, guess=10) == [["a", "b", "c"], ["d"]]
     # a tensor larger than the budget goes alone
-    assert im.plan_groups(list("abc"), {"a": 1, "b": 100, "c": 1}, budget=50, group_size=None, guess=1) == [["a"], ["b"], ["c"]]
+    one_big = {"a": 1, "b": 100, "c": 1}
+    assert im.plan_groups(list("abc"), one_big, budget=50, group_size=None, guess=1) == [["a"], ["b"], ["c"]]
     assert im.measured_guess({}, 7) == 7 and im.measured_guess({"a": 2, "b": 5}, 7) == 4
 
 

@@ -3,12 +3,12 @@ import json
 import numpy as np
 import onnx
 import pytest
-from verify_models import W1, W2, chain, random_noise, reshaped_h1, save, with_custom_op
+from verify_models import W2, chain, random_noise, reshaped_h1, save, with_custom_op
 
 from pyonnxopt.cli import main
 from pyonnxopt.errors import Error
-from pyonnxopt.verify import verify
 from pyonnxopt.verify import run as run_module
+from pyonnxopt.verify import verify
 
 
 @pytest.fixture
@@ -80,7 +80,12 @@ def test_streaming_in_groups_gives_the_same_result(models, monkeypatch):
     original, _, changed = models
     runs = []
     real_run = run_module._run
-    monkeypatch.setattr(run_module, "_run", lambda s, ref, names, *a: runs.append((ref.label, list(names))) or real_run(s, ref, names, *a))
+
+    def counted(session, ref, names, *rest):
+        runs.append((ref.label, list(names)))
+        return real_run(session, ref, names, *rest)
+
+    monkeypatch.setattr(run_module, "_run", counted)
     whole = verify(original, changed, samples=2)
     # once per model and sample, every tensor at once; the original once more
     # after the first mismatch (does it repeat itself?)
