@@ -4,16 +4,20 @@ models that return them as extra graph outputs.
 A copy is the model's serialized bytes followed by a small ModelProto that
 holds only the extra outputs: protobuf merges repeated fields of a message
 given twice, so onnxruntime reads one graph with more outputs, and the
-weights are never parsed or re-serialized in Python. The extra outputs
-carry no type (onnxruntime takes untyped graph outputs). External data is
-found through onnxruntime's external-initializer folder setting, so the
-user's files and folders are never written to.
+weights are never parsed or re-serialized in Python. The copy is written
+to a scratch folder (the file copied by the kernel, the outputs appended)
+and onnxruntime loads it from there: from bytes, onnxruntime would hold
+two more copies of the weights while loading. The extra outputs carry no
+type (onnxruntime takes untyped graph outputs). External data is found
+through onnxruntime's external-initializer folder setting, so the user's
+files and folders are never written to.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -134,10 +138,16 @@ def extra_outputs(names: list) -> bytes:
     return onnx.ModelProto(graph=graph).SerializeToString()
 
 
-def with_outputs(ref: ModelRef, names: list) -> bytes:
-    """The model's bytes with `names` added as graph outputs (a copy)."""
-    data = ref.read_bytes()
-    return data + extra_outputs(names) if names else data
+def write_with_outputs(ref: ModelRef, names: list, path: str) -> None:
+    """Writes the model with `names` added as graph outputs to `path`."""
+    if ref.path:
+        shutil.copyfile(ref.path, path)  # sendfile: the bytes never enter Python
+    else:
+        with open(path, "wb") as f:
+            f.write(ref.read_bytes())
+    if names:
+        with open(path, "ab") as f:
+            f.write(extra_outputs(names))
 
 
 # ---------------------------------------------------------------- sizes

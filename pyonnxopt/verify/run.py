@@ -11,6 +11,8 @@ runs once per group and sample, the group is compared and dropped.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import time
 from typing import Callable, Optional
 
@@ -210,10 +212,11 @@ def _samples(a, b, inputs, seed, samples, batch_sizes, vocab_size) -> tuple:
 
 # ---------------------------------------------------------------- sessions
 
-def _session(ref, names: list):
+def _session(ref, names: list, scratch: str):
     """A CPU session with onnxruntime's graph optimizations off (the models
     themselves are compared, not what onnxruntime makes of them) on a copy
-    of the model returning `names` too."""
+    of the model returning `names` too, written in the `scratch` folder
+    (and removed once loaded)."""
     from pyonnxopt.check import _ort
 
     ort = _ort()
@@ -226,17 +229,20 @@ def _session(ref, names: list):
     if ref.folder:  # external data beside the file, read from the copy's bytes
         opts.add_session_config_entry("session.model_external_initializers_file_folder_path", ref.folder)
     outputs = {v.name for v in ref.model.graph.outputs}
-    data = im.with_outputs(ref, [n for n in names if n not in outputs])
+    copy = os.path.join(scratch, f"{ref.label}.onnx")
+    im.write_with_outputs(ref, [n for n in names if n not in outputs], copy)
     try:
-        return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(copy, opts, providers=["CPUExecutionProvider"])
     except Exception as e:
         raise OnnxRuntimeFailure(f"{ref.where}: onnxruntime cannot load it: {first_line(e)}") from None
+    finally:
+        os.unlink(copy)
 
 
-def _sessions(a, b, names: list) -> tuple:
+def _sessions(a, b, names: list, scratch: str) -> tuple:
     # One after the other: loading both at once was slower (bert_base, 2 cores:
     # 7.3 s against 5.4 s), both copying weights through the same memory.
-    return _session(a, names), _session(b, names)
+    return _session(a, names, scratch), _session(b, names, scratch)
 
 
 def _run(session, ref, names: list, feeds: dict, index: int) -> list:
@@ -272,7 +278,8 @@ def _compare_all(a, b, names, n_outputs, feeds, table, group_size, byte_budget, 
             group = remaining[:n_outputs]
         remaining = remaining[len(group):]
         say(f"comparing {done + 1}-{done + len(group)} of {len(names)} tensors")
-        sa, sb = _sessions(a, b, group)
+        with tempfile.TemporaryDirectory(prefix="pyonnxopt-verify-") as scratch:
+            sa, sb = _sessions(a, b, group, scratch)
         for index, f in enumerate(feeds):
             want = _run(sa, a, group, f, index)
             got = _run(sb, b, group, f, index)

@@ -34,8 +34,9 @@ def test_with_outputs_adds_untyped_outputs_to_a_copy(tmp_path):
     path = save(chain(), tmp_path / "m.onnx")
     before = open(path, "rb").read()
     ref = im.open_model(path, "original")
-    data = im.with_outputs(ref, ["h1", "r1"])
-    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    copy = str(tmp_path / "copy.onnx")
+    im.write_with_outputs(ref, ["h1", "r1"], copy)
+    sess = ort.InferenceSession(copy, providers=["CPUExecutionProvider"])
     assert [o.name for o in sess.get_outputs()] == ["y", "h1", "r1"]
     x = np.ones((1, 4), np.float32)
     y, h1, r1 = sess.run(None, {"x": x})
@@ -45,12 +46,14 @@ def test_with_outputs_adds_untyped_outputs_to_a_copy(tmp_path):
     assert onnx.load(path).graph.output[0].name == "y" and len(onnx.load(path).graph.output) == 1
 
 
-def test_open_model_takes_bytes_and_protos():
+def test_open_model_takes_bytes_and_protos(tmp_path):
     proto = chain()
     for source in (proto, proto.SerializeToString()):
         ref = im.open_model(source, "optimized")
         assert ref.path is None and ref.where == "optimized model (<memory>)"
         assert ref.read_bytes() == proto.SerializeToString()
+        im.write_with_outputs(ref, ["r1"], str(tmp_path / "copy.onnx"))
+        assert [o.name for o in onnx.load(str(tmp_path / "copy.onnx")).graph.output] == ["y", "r1"]
 
 
 def test_estimated_bytes_resolves_symbolic_dims_from_the_feeds():
@@ -81,7 +84,10 @@ def test_external_data_is_found_beside_the_file(tmp_path):
     ref = im.open_model(str(path), "original")
     opts = ort.SessionOptions()
     opts.add_session_config_entry("session.model_external_initializers_file_folder_path", ref.folder)
-    sess = ort.InferenceSession(im.with_outputs(ref, ["h2"]), opts, providers=["CPUExecutionProvider"])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    im.write_with_outputs(ref, ["h2"], str(scratch / "copy.onnx"))
+    sess = ort.InferenceSession(str(scratch / "copy.onnx"), opts, providers=["CPUExecutionProvider"])
     x = np.ones((1, 4), np.float32)
     np.testing.assert_allclose(sess.run(["h2"], {"x": x})[0], np.maximum(x @ W1, 0) @ W2, rtol=1e-5)
 
