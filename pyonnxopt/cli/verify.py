@@ -121,8 +121,10 @@ def run(args) -> int:
     else:
         render(result)
     if args.bisect and not result["ok"]:
-        from pyonnxopt.verify.bisect import bisect_cli  # the per-pass bisection (its own module)
-
+        try:
+            from pyonnxopt.verify.bisect import bisect_cli  # the per-pass bisection (its own module)
+        except ImportError:
+            raise Error("--bisect needs pyonnxopt.verify.bisect") from None
         bisect_cli(args, result)
     return 0 if result["ok"] else MISMATCH
 
