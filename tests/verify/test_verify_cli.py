@@ -1,0 +1,202 @@
+import json
+
+import numpy as np
+import onnx
+import pytest
+from verify_models import W2, chain, random_noise, reshaped_h1, save, with_custom_op
+
+from pyonnxopt.cli import main
+from pyonnxopt.errors import Error
+from pyonnxopt.verify import run as run_module
+from pyonnxopt.verify import verify
+
+
+@pytest.fixture
+def models(tmp_path):
+    """(original path, path of a copy, path of a copy with w2 changed)."""
+    w2 = W2 + np.float32(0.5)
+    return (save(chain(), tmp_path / "a.onnx"), save(chain(), tmp_path / "same.onnx"),
+            save(chain(w2=w2), tmp_path / "changed.onnx"))
+
+
+def without_seconds(result):
+    return {k: v for k, v in result.items() if k != "seconds"}
+
+
+def test_identical_models_verify_and_exit_0(models, capsys):
+    original, same, _ = models
+    r = verify(original, same)
+    assert r["kind"] == "verify" and r["version"] == 1 and r["ok"] and r["first_mismatch"] is None
+    assert [o["name"] for o in r["outputs"]] == ["y"] and [x["name"] for x in r["layers"]] == ["h1", "r1", "h2"]
+    assert all(x["max_abs"] == 0 for x in r["outputs"] + r["layers"])
+    assert r["layers"][0]["op_type"] == "MatMul" and r["layers"][0]["order"] == 0
+    assert r["inputs"] == {"source": "random", "seed": 0, "samples": 1, "batch_sizes": [None]}
+    assert main(["verify", original, same]) == 0
+    assert "equivalent within tolerance" in capsys.readouterr().out
+
+
+def test_a_changed_weight_is_found_at_its_first_layer_with_exit_1(models, tmp_path, capsys):
+    original, _, changed = models
+    r = verify(original, changed, samples=2)
+    assert not r["ok"] and r["first_mismatch"] == "h2"  # mm2 reads w2; h1 and r1 are untouched
+    by_name = {x["name"]: x for x in r["layers"]}
+    assert by_name["h1"]["ok"] and by_name["r1"]["ok"] and not by_name["h2"]["ok"]
+    assert sum(by_name["h2"]["histogram"]["counts"]) == 8  # 2 samples x 4 values
+    report = tmp_path / "r.json"
+    assert main(["verify", original, changed, "--report", str(report)]) == 1
+    out = capsys.readouterr().out
+    assert "mismatch, first at h2" in out
+    assert json.loads(report.read_text())["first_mismatch"] == "h2"
+    # loose enough tolerances make it pass
+    assert main(["verify", original, changed, "--atol", "100", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tolerances"]["float32"]["atol"] == 100
+
+
+def test_float16_tolerance_is_per_dtype(tmp_path, capsys):
+    original = save(chain(dtype=np.float16, bias=0.0), tmp_path / "a16.onnx")
+    shifted = save(chain(dtype=np.float16, bias=0.005), tmp_path / "b16.onnx")
+    assert main(["verify", original, shifted, "--samples", "3", "--json"]) == 1
+    r = json.loads(capsys.readouterr().out)
+    assert r["first_mismatch"] == "y" and r["outputs"][0]["dtype"] == "float16"
+    assert 0.004 < r["outputs"][0]["max_abs"] < 0.006
+    assert main(["verify", original, shifted, "--samples", "3", "--tolerance", "float16:atol=1e-2,rtol=1e-2"]) == 0
+    # --atol/--rtol cover float16 too, --tolerance wins over them
+    assert main(["verify", original, shifted, "--samples", "3", "--atol", "1e-2"]) == 0
+    assert main(["verify", original, shifted, "--samples", "3", "--atol", "1e-2",
+                 "--tolerance", "float16:atol=1e-4"]) == 1
+    assert verify(original, shifted, samples=3, tolerances={"float32": {"atol": 1.0}})["ok"] is False
+
+
+def test_a_shape_change_is_a_mismatch(tmp_path):
+    r = verify(save(chain(), tmp_path / "a.onnx"), save(reshaped_h1(), tmp_path / "b.onnx"))
+    by_name = {x["name"]: x for x in r["layers"]}
+    assert by_name["h1"]["mismatch"] == "shape [1, 4] became [4]" and by_name["h1"]["max_abs"] is None
+    assert r["outputs"][0]["ok"] and r["first_mismatch"] == "h1" and not r["ok"]
+    assert r["structure"]["added_nodes"] == [{"name": "flat", "op_type": "Reshape"},
+                                             {"name": "unflat", "op_type": "Reshape"}]
+
+
+def test_streaming_in_groups_gives_the_same_result(models, monkeypatch):
+    original, _, changed = models
+    runs = []
+    real_run = run_module._run
+
+    def counted(session, ref, names, *rest):
+        runs.append((ref.label, list(names)))
+        return real_run(session, ref, names, *rest)
+
+    monkeypatch.setattr(run_module, "_run", counted)
+    whole = verify(original, changed, samples=2)
+    # once per model and sample, every tensor at once; the original once more
+    # after the first mismatch (does it repeat itself?)
+    every = ["y", "h1", "r1", "h2"]
+    assert runs == [("original", every), ("optimized", every), ("original", every),
+                    ("original", every), ("optimized", every)]
+    runs.clear()
+    grouped = verify(original, changed, samples=2, group_size=2)
+    assert [names for _, names in runs] == [["y", "h1"]] * 5 + [["r1", "h2"]] * 4
+    assert without_seconds(grouped) == without_seconds(whole)
+    runs.clear()
+    tiny = verify(original, changed, samples=2, byte_budget=40)  # 16 bytes per tensor, twice
+    assert {len(names) for _, names in runs} == {1} and without_seconds(tiny) == without_seconds(whole)
+
+
+def test_an_original_onnxruntime_cannot_load_is_one_line_naming_it(tmp_path, capsys):
+    bad = save(with_custom_op(), tmp_path / "custom.onnx")
+    good = save(chain(), tmp_path / "a.onnx")
+    assert main(["verify", bad, good]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"pyonnxopt: error: original model ({bad}): onnxruntime cannot load it: ")
+    assert "\n" not in err
+    with pytest.raises(Error, match=r"^optimized model \(<memory>\): onnxruntime cannot load it"):
+        verify(good, with_custom_op())
+
+
+def test_an_original_that_changes_from_run_to_run_is_an_error(tmp_path):
+    noisy = save(random_noise(), tmp_path / "noise.onnx")
+    plain = random_noise()
+    plain.graph.node[0].CopyFrom(onnx.helper.make_node("Identity", ["x"], ["n"], name="noise"))
+    with pytest.raises(Error, match=r"^original model \(.*noise.onnx\): its outputs change from run to run"):
+        verify(noisy, plain)
+
+
+def test_partly_different_names_compare_what_is_shared(tmp_path):
+    renamed = chain(names=("h1", "relu_out", "mm2_out"))
+    r = verify(save(chain(), tmp_path / "a.onnx"), renamed)
+    assert r["ok"] and [x["name"] for x in r["layers"]] == ["h1"]
+    assert r["optimized"] == "<memory>"
+
+
+def test_an_output_the_original_lacks_is_a_mismatch(tmp_path):
+    optimized = chain()
+    optimized.graph.output[0].name = "y"
+    optimized.graph.output.append(onnx.helper.make_tensor_value_info("new_out", 1, [1, 4]))
+    optimized.graph.node.append(onnx.helper.make_node("Identity", ["y"], ["new_out"]))
+    r = verify(chain(), optimized)
+    assert not r["ok"] and r["outputs"][1]["mismatch"] == "not in the original model"
+    assert r["first_mismatch"] == "new_out"
+
+
+def test_batch_sizes_and_given_inputs(tmp_path, capsys):
+    dynamic = save(chain(batch="N"), tmp_path / "dyn.onnx")
+    r = verify(dynamic, dynamic, batch_sizes=[1, 3])
+    assert r["ok"] and r["inputs"]["batch_sizes"] == [1, 3]
+    assert sum(r["outputs"][0]["histogram"]["counts"]) == 4 * (1 + 3)
+    assert main(["verify", dynamic, dynamic, "--batch-size", "1,3", "--batch-size", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["inputs"]["batch_sizes"] == [1, 3, 2]
+    x = np.full((2, 4), 0.5, np.float32)
+    npz = tmp_path / "in.npz"
+    np.savez(npz, x=x)
+    r = verify(dynamic, dynamic, inputs=str(npz))
+    assert r["inputs"]["source"] == str(npz) and r["inputs"]["seed"] is None
+    assert r["outputs"][0]["shape"] == [2, 4]
+
+
+def test_outputs_only(models):
+    original, _, changed = models
+    r = verify(original, changed, layers=False)
+    assert r["layers"] == [] and r["first_mismatch"] == "y"
+
+
+def test_external_data_models(tmp_path):
+    path = tmp_path / "ext" / "m.onnx"
+    path.parent.mkdir()
+    onnx.save(chain(), str(path), save_as_external_data=True, location="m.data", size_threshold=0)
+    listing = sorted(p.name for p in path.parent.iterdir())
+    assert verify(str(path), chain())["ok"]
+    assert sorted(p.name for p in path.parent.iterdir()) == listing  # nothing written beside it
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tolerance", "float16"], "--tolerance 'float16': expected DTYPE:atol=A,rtol=R"),
+    (["--tolerance", "float16:atol=x"], "is not atol=NUMBER"),
+    (["--tolerance", "floaty:atol=1"], "tolerance for 'floaty': not a dtype name"),
+    (["--batch-size", "0"], "--batch-size '0': expected positive integers"),
+    (["--samples", "0"], "--samples 0: must be at least 1"),
+    (["--rollback-output", "x.onnx"], "--rollback-output needs --bisect"),
+    (["--memory-budget", "lots"], "--memory-budget 'lots'"),
+])
+def test_user_errors_exit_2(models, capsys, argv, message):
+    original, same, _ = models
+    assert main(["verify", original, same, *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_file_exit_2(models, capsys):
+    assert main(["verify", models[0], "nowhere.onnx"]) == 2
+    assert "optimized model (nowhere.onnx): no such file" in capsys.readouterr().err
+
+
+def test_html_needs_the_report_module(models, tmp_path, capsys, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_report(name, *args, **kwargs):
+        if name.startswith("pyonnxopt.report"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_report)
+    assert main(["verify", models[0], models[1], "--html", str(tmp_path / "v.html")]) == 2
+    assert "--html needs pyonnxopt.report" in capsys.readouterr().err
