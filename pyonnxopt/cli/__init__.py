@@ -19,9 +19,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _subcommands():
-    from pyonnxopt.cli import demo, info, optimize, passes
+    from pyonnxopt.cli import bench, demo, info, optimize, passes
 
-    return [optimize, info, passes, demo]
+    return [optimize, info, passes, bench, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:
