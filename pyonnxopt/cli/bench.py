@@ -97,9 +97,13 @@ def render(result: dict) -> None:
             out.print(f"  device memory: {m['device_note']}")
     c = result["comparison"]
     if c:
-        faster = "B is faster" if c["ratio"] < 1 else "B is slower" if c["ratio"] > 1 else "same"
-        out.print(f"[bold]B/A p50 latency: {c['ratio']:.3f}[/bold] ({faster}; per-round ratios' middle half "
-                  f"{c['ratio_low']:.3f}..{c['ratio_high']:.3f} over {c['rounds']} interleaved rounds)")
+        if c["ratio_low"] <= 1 <= c["ratio_high"]:
+            verdict = "no clear difference: the middle half of the rounds spans 1"
+        else:
+            verdict = f"B is {abs(1 - c['ratio']) * 100:.1f}% {'faster' if c['ratio'] < 1 else 'slower'}"
+        out.print(f"[bold]B/A latency: {c['ratio']:.3f}[/bold] ({verdict}; median of {c['rounds']} interleaved "
+                  f"rounds' p50 ratios, middle half {c['ratio_low']:.3f}..{c['ratio_high']:.3f}; "
+                  f"ratio of overall p50s {c['ratio_of_medians']:.3f})")
     for m in result["models"]:
         if m["profile"]:
             render_profile(out, m)

@@ -26,10 +26,11 @@ def test_rounds_alternate_abba():
     assert [len(t) for t in result["times"]] == [4, 4] and len(result["round_ratios"]) == 4
 
 
-def test_comparison_is_ratio_of_medians_with_round_quartiles():
-    result = {"times": [[1.0, 2.0, 3.0], [2.0, 4.0, 60.0]], "round_ratios": [1.0, 2.0, 3.0, 4.0, 5.0]}
+def test_comparison_is_median_round_ratio_with_quartiles():
+    result = {"times": [[1.0, 2.0, 3.0], [2.0, 5.0, 60.0]], "round_ratios": [1.0, 2.0, 3.0, 4.0, 50.0]}
     c = ab.comparison(result)
-    assert c["ratio"] == pytest.approx(2.0) and (c["ratio_low"], c["ratio_high"]) == (2.0, 4.0)
+    assert c["ratio"] == 3.0 and (c["ratio_low"], c["ratio_high"]) == (2.0, 4.0)
+    assert c["ratio_of_medians"] == pytest.approx(2.5)
     assert c["rounds"] == 5 and c["metric"] == "p50"
 
 
