@@ -19,9 +19,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _subcommands():
-    from pyonnxopt.cli import demo, info, optimize, passes, verify
+    from pyonnxopt.cli import bench, demo, info, optimize, passes, report, verify
 
-    return [optimize, info, passes, verify, demo]
+    return [optimize, verify, bench, report, info, passes, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:
