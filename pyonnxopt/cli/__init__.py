@@ -19,9 +19,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _subcommands():
-    from pyonnxopt.cli import demo, info, optimize, passes
+    from pyonnxopt.cli import demo, info, optimize, passes, report
 
-    return [optimize, info, passes, demo]
+    return [optimize, info, passes, report, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

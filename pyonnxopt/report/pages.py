@@ -103,15 +103,14 @@ def _speed_cards(bench) -> list:
 def _verify_cards(ver: dict) -> str:
     outputs, layers = ver.get("outputs", []), ver.get("layers", [])
     worst = max((r.get("max_abs") for r in outputs if _finite(r.get("max_abs"))), default=None)
-    snr = min((r.get("snr_db") for r in outputs if _finite(r.get("snr_db"))), default=None)
+    snr = min((_snr(r) for r in outputs if _snr(r) is not None), default=None)
     status = (f"{badge(True)} every output and surviving layer within tolerance" if ver.get("ok") else
               f"{badge(False)} first mismatch: <code>{esc(ver.get('first_mismatch'))}</code>")
     cards = [card("outputs", f"{sum(r.get('ok', True) for r in outputs)}/{len(outputs)} ok",
                   f"worst max abs {num(worst)}"),
              card("layers compared", f"{sum(r.get('ok', True) for r in layers)}/{len(layers)} ok",
                   "intermediates with the same name in both"),
-             card("lowest output SNR", f"{num(snr)} dB" if snr is not None else "∞ dB" if outputs else "–",
-                  "∞: bit-identical"),
+             card("lowest output SNR", "–" if snr is None else f"{num(snr)} dB", "∞: bit-identical"),
              card("inputs", _inputs_text(ver.get("inputs")), f"{num(ver.get('seconds'))} s")]
     return f'<p>{status}</p><div class="cards">{"".join(cards)}</div>'
 
@@ -163,7 +162,7 @@ def _records(records: list, table_id: str, tolerances: dict, scroll: bool = Fals
         mini = svg.mini_histogram(counts, labels=labels, bad_from=bad_from)
         ok = r.get("ok", True)
         rows.append([r.get("order"), Cell(esc(r.get("name")), css="name"), r.get("op_type"), r.get("dtype"),
-                     Cell(esc(_shape(r.get("shape"))), css="shape"), r.get("max_abs"), r.get("max_rel"), r.get("cosine"), r.get("snr_db"),
+                     Cell(esc(_shape(r.get("shape"))), css="shape"), r.get("max_abs"), r.get("max_rel"), r.get("cosine"), _snr(r),
                      Cell("yes" if ok else f'<span class="bad">no</span> {esc(r.get("mismatch") or "")}'),
                      Cell(f'<span title="{over} elements at or above atol">{mini}</span>', over)])
         classes.append("" if ok else "bad")
@@ -393,6 +392,14 @@ def _bytes(n) -> str:
 
 def _percent(share):
     return None if share is None else 100 * share
+
+
+def _snr(record: dict):
+    """SNR in dB; verify writes null for an exact match, shown as ∞."""
+    snr = record.get("snr_db")
+    if snr is None and record.get("max_abs") == 0 and record.get("ok", True):
+        return math.inf
+    return snr
 
 
 def _finite(v) -> bool:

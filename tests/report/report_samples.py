@@ -24,7 +24,7 @@ def record(name, op_type, order, max_abs, *, dtype="float32", ok=True, shape=(1,
         counts[0] += n - sum(counts)
     return {"name": name, "op_type": op_type, "order": order, "shape": list(shape), "dtype": dtype,
             "max_abs": max_abs, "max_rel": max_abs * 10, "cosine": 1.0 - max_abs, "snr_db":
-            float("inf") if max_abs == 0 else float(20 * np.log10(1 / max_abs)), "ok": ok,
+            None if max_abs == 0 else float(20 * np.log10(1 / max_abs)), "ok": ok,
             "histogram": {"edges": EDGES, "counts": counts}, "mismatch": mismatch}
 
 
