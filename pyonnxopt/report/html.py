@@ -111,10 +111,16 @@ def num(v, digits: int = 3) -> str:
 
 
 def sort_value(v) -> str:
-    """What a numeric cell sorts by: the number itself, NaN when missing."""
+    """What a numeric cell sorts by, as JavaScript's parseFloat reads it:
+    the number, Infinity for an exact SNR, NaN when missing."""
     if v is None or isinstance(v, str):
         return "NaN"
-    return repr(float(v)) if not isinstance(v, bool) else str(int(v))
+    if isinstance(v, bool):
+        return str(int(v))
+    v = float(v)
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return repr(v)
 
 
 @dataclass

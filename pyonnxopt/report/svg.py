@@ -259,7 +259,9 @@ def scatter(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str =
         positive = [v for v in finite if v > 0] + ([ref_y] if ref_y and ref_y > 0 else [])
         if not positive:
             positive = [1e-12, 1.0]
-        yticks = log_ticks(min(positive), max(positive))
+        # A decade of room below the smallest error, so exact zeros (drawn
+        # on the bottom edge) stand apart from it.
+        yticks = log_ticks(min(positive) / 10, max(positive))
         y_lo, y_hi = yticks[0], yticks[-1]
     else:
         vals = finite + ([ref_y] if ref_y is not None else [])
