@@ -25,7 +25,8 @@ h2 { font-size: 18px; margin: 36px 0 10px; padding-bottom: 4px; border-bottom: 1
 h3 { font-size: 15px; margin: 22px 0 8px; }
 .sub { color: var(--muted); margin: 0 0 16px; overflow-wrap: anywhere; }
 .cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 16px 0; }
-.card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; min-width: 170px; background: #fff; }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: 8px 12px; flex: 1 1 140px; max-width: 300px;
+        background: #fff; overflow-wrap: anywhere; }
 .card .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
 .card .value { font-size: 20px; font-weight: 600; font-variant-numeric: tabular-nums; }
 .card .detail { color: var(--muted); font-size: 12px; }
@@ -35,15 +36,15 @@ h3 { font-size: 15px; margin: 22px 0 8px; }
 .empty { color: var(--muted); font-style: italic; border-left: 3px solid var(--line); padding: 4px 10px; }
 .plot { display: block; max-width: 100%; height: auto; margin: 8px 0 16px; }
 .plots { display: flex; flex-wrap: wrap; gap: 0 24px; }
-table { border-collapse: collapse; margin: 8px 0 16px; font-variant-numeric: tabular-nums; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; font-variant-numeric: tabular-nums; }
 .scroll { max-height: 560px; overflow: auto; border: 1px solid var(--line); border-radius: 6px; margin: 8px 0 16px; }
 .scroll table { margin: 0; width: 100%; }
 .wide { overflow-x: auto; max-width: 100%; }
-th, td { padding: 4px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: middle; }
+th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: middle; }
 th { background: var(--bg-alt); position: sticky; top: 0; font-weight: 600; white-space: nowrap; z-index: 1; }
 td.num, th.num { text-align: right; white-space: nowrap; }
 td.shape { white-space: nowrap; }
-td.name { min-width: 240px; max-width: 420px; overflow-wrap: anywhere; font-family: ui-monospace, SFMono-Regular, Menlo, monospace;
+td.name { min-width: 200px; max-width: 380px; overflow-wrap: anywhere; font-family: ui-monospace, SFMono-Regular, Menlo, monospace;
           font-size: 12px; }
 tbody tr:nth-child(even) { background: #fbfcfd; }
 tr.bad td { background: #fff5f5; }

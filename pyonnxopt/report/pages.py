@@ -111,7 +111,8 @@ def _verify_cards(ver: dict) -> str:
              card("layers compared", f"{sum(r.get('ok', True) for r in layers)}/{len(layers)} ok",
                   "intermediates with the same name in both"),
              card("lowest output SNR", "–" if snr is None else f"{num(snr)} dB", "∞: bit-identical"),
-             card("inputs", _inputs_text(ver.get("inputs")), f"{num(ver.get('seconds'))} s")]
+             card("samples", str((ver.get("inputs") or {}).get("samples", "?")),
+                  f"{_inputs_text(ver.get('inputs'))}; {num(ver.get('seconds'))} s")]
     return f'<p>{status}</p><div class="cards">{"".join(cards)}</div>'
 
 
@@ -159,7 +160,7 @@ def _records(records: list, table_id: str, tolerances: dict, scroll: bool = Fals
         over = sum(counts[bad_from:]) if bad_from is not None else 0
         labels = [f"|error| in [{svg.fmt(edges[i])}, {svg.fmt(edges[i + 1])})" for i in range(len(counts))
                   ] if len(edges) == len(counts) + 1 else None
-        mini = svg.mini_histogram(counts, labels=labels, bad_from=bad_from)
+        mini = svg.mini_histogram(counts, labels=labels, bad_from=bad_from, width=98)
         ok = r.get("ok", True)
         rows.append([r.get("order"), Cell(esc(r.get("name")), css="name"), r.get("op_type"), r.get("dtype"),
                      Cell(esc(_shape(r.get("shape"))), css="shape"), r.get("max_abs"), r.get("max_rel"), r.get("cosine"), _snr(r),

@@ -163,7 +163,7 @@ def _quantile(sorted_values: list, q: float) -> float:
 
 
 def histogram(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str = "", bins: int = 40,
-              mode: str = "overlay", width: int = 720, panel_height: int = 150) -> str:
+              mode: str = "overlay", width: int = 1000, panel_height: int = 160) -> str:
     """Distributions of samples (e.g. latencies in ms), `series` being
     [(label, samples)], on shared bins: overlaid (translucent) or side by side
     (one panel per series, same x axis). A dashed line marks each median. The
@@ -239,7 +239,7 @@ def histogram(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str
 
 
 def scatter(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str = "", y_label: str = "",
-            log_y: bool = False, lines: bool = True, reference: Optional[tuple] = None, width: int = 720,
+            log_y: bool = False, lines: bool = True, reference: Optional[tuple] = None, width: int = 1000,
             height: int = 300) -> str:
     """Points (and a line through them) per series: `series` is
     [(label, [(x, y) or (x, y, name)])]. With log_y, a y of 0 (exact) is drawn
@@ -317,8 +317,8 @@ def scatter(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str =
                         f'<title>{esc(tip)}{fmt(yv)}</title></circle>')
         body.append("</g>")
     if log_y and any(p[1] <= 0 for _, pts in clean for p in pts):
-        body.append(f'<text x="{width - right}" y="{bottom - 4}" text-anchor="end" fill="{AXIS}" font-size="{FONT - 1}">'
-                    f'hollow on the bottom edge: exactly 0</text>')
+        body.append(f'<text x="{width - right}" y="34" text-anchor="end" fill="{AXIS}">'
+                    f'○ on the bottom edge: exactly 0</text>')
     return _svg(plot_id, width, height, title, body)
 
 
