@@ -6,7 +6,6 @@ left out); exit code 1 when verify found a mismatch, after writing."""
 from __future__ import annotations
 
 import os
-import tempfile
 
 from pyonnxopt.cli.render import console
 
@@ -46,7 +45,8 @@ def run(args) -> int:
             raise Error(f"{path}: no such file")
     verify = None if args.no_verify else args.verify_json or True
     bench = None if args.no_bench else args.bench_json or True
-    bench_options = {"iterations": args.iterations} if args.iterations else {}
+    # The page draws time per op type, so bench profiles (a few extra runs).
+    bench_options = {"profile": True, **({"iterations": args.iterations} if args.iterations else {})}
     with console(stderr=True).status("report") as status:
         report = gather(args.original, args.optimized, optimize_report=args.optimize_report, verify=verify,
                         bench=bench, bench_options=bench_options,
@@ -65,10 +65,10 @@ def run(args) -> int:
 def write_atomic(path: str, text: str) -> None:
     """Writes a temporary file next to `path`, then renames it over `path`, so
     a reader (or a crash) never sees half a report."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    # A plain open (not mkstemp) so the file gets the usual umask permissions.
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -319,13 +319,13 @@ def _bench(bench: dict) -> str:
         parts.append(empty("the bench JSON keeps no latency samples, so no distribution is drawn"))
     cols = [Column("label", "model"), Column("p50", "p50 ms", True), Column("p95", "p95 ms", True),
             Column("p99", "p99 ms", True), Column("mean", "mean ms", True), Column("stdev", "stdev ms", True),
-            Column("count", "runs", True), Column("qps", "QPS", True), Column("cold", "session cold s", True),
-            Column("warm", "session warm s", True), Column("rss", "peak RSS MB", True),
-            Column("device", "device peak MB", True)]
+            Column("count", "runs", True), Column("qps", "QPS", True), Column("cold", "cold start s", True),
+            Column("warm", "session s", True), Column("rss", "peak RSS MB", True),
+            Column("device", "device MB", True)]
     rows = []
     for m in models:
         lat = m.get("latency_ms") or {}
-        rows.append([Cell(esc(_model_label(m)), css="name"), lat.get("p50"), lat.get("p95"), lat.get("p99"),
+        rows.append([_model_label(m), lat.get("p50"), lat.get("p95"), lat.get("p99"),
                      lat.get("mean"), lat.get("stdev"), lat.get("count"), m.get("qps"), m.get("session_create_cold_s"),
                      m.get("session_create_warm_s"), m.get("peak_rss_mb"), m.get("device_peak_mb")])
     parts.append(table("latency-table", cols, rows))

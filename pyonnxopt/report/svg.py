@@ -162,13 +162,14 @@ def _quantile(sorted_values: list, q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def histogram(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str = "", bins: int = 40,
+def histogram(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str = "", bins: Optional[int] = None,
               mode: str = "overlay", width: int = 1000, panel_height: int = 160) -> str:
     """Distributions of samples (e.g. latencies in ms), `series` being
     [(label, samples)], on shared bins: overlaid (translucent) or side by side
     (one panel per series, same x axis). A dashed line marks each median. The
     x range stops at the largest per-series 99th percentile so one outlier does
-    not squash the rest; samples beyond it are counted in a note."""
+    not squash the rest; samples beyond it are counted in a note. `bins`
+    defaults to about 2 sqrt(n), between 8 and 40."""
     if mode not in ("overlay", "side"):
         raise ValueError(f"histogram mode {mode!r}: expected 'overlay' or 'side'")
     series = [(label, sorted(v for v in values if v is not None and math.isfinite(v))) for label, values in series]
@@ -179,6 +180,8 @@ def histogram(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str
     hi = max(_quantile(values, 0.99) for _, values in series)
     if hi <= lo:
         hi = lo + (abs(lo) * 0.1 or 1.0)
+    if bins is None:
+        bins = min(max(round(2 * math.sqrt(max(len(v) for _, v in series))), 8), 40)
     ticks = [t for t in nice_ticks(lo, hi, 6)]
     x_lo, x_hi = min(ticks[0], lo), max(ticks[-1], hi)
     edges = [lo + (hi - lo) * i / bins for i in range(bins + 1)]
@@ -299,7 +302,7 @@ def scatter(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str =
     if ref_y is not None and (not log_y or ref_y > 0):
         body.append(f'<g class="reference"><line x1="{left}" y1="{py(ref_y):.1f}" x2="{width - right}" '
                     f'y2="{py(ref_y):.1f}" stroke="{PALETTE[3]}" stroke-dasharray="6 4"/>'
-                    f'<text x="{width - right - 4}" y="{py(ref_y) - 4:.1f}" text-anchor="end" fill="{PALETTE[3]}">'
+                    f'<text x="{left + 4}" y="{py(ref_y) - 4:.1f}" fill="{PALETTE[3]}">'
                     f'{esc(reference[1])}</text></g>')
     for s, (label, pts) in enumerate(clean):
         c = color(s)

@@ -84,6 +84,9 @@ def test_cli_writes_json_and_html_from_given_parts(models, tmp_path, capsys):
     page = out_html.read_text()
     assert page.startswith("<!DOCTYPE html>") and 'data-plot="latency"' in page and 'data-plot="op-counts"' in page
     assert sorted(os.listdir(out_json.parent)) == ["report.html", "report.json"]  # no temporary file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out_json.stat().st_mode & 0o777 == 0o666 & ~umask  # like any file the user writes
     out = capsys.readouterr().out
     assert "16 -> 9" in out and "equivalent" in out and "B/A p50" in out and "wrote" in out
 
@@ -139,6 +142,7 @@ def test_cli_runs_verify_and_bench_for_real(models, tmp_path, capsys):
     assert report["verify"]["layers"], "the CNN shares intermediates by name"
     assert [m["label"] for m in report["bench"]["models"]] == ["A", "B"]
     assert report["bench"]["models"][0]["latency_ms"]["count"] == 5
+    assert report["bench"]["models"][1]["profile"]["by_op_type"]
     page = out_html.read_text()
-    for plot in ("op-counts", "layer-error", "latency"):
+    for plot in ("op-counts", "layer-error", "latency", "profile"):
         assert f'data-plot="{plot}"' in page
