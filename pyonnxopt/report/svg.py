@@ -235,7 +235,7 @@ def histogram(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str
     for t in ticks:
         if x_lo <= t <= x_hi:
             body.append(f'<text x="{x(t):.1f}" y="{bottom + 14}" text-anchor="middle" fill="{AXIS}">{fmt(t)}</text>')
-    note = f" ({beyond} samples above {fmt(hi)} not shown)" if beyond else ""
+    note = f" ({beyond} sample{'s' if beyond > 1 else ''} above {fmt(hi)} not shown)" if beyond else ""
     body.append(f'<text x="{left + plot_w / 2:.0f}" y="{bottom + 30}" text-anchor="middle" fill="{AXIS}">'
                 f'{esc(x_label + note)}</text>')
     return _svg(plot_id, width, height, title, body)
@@ -258,8 +258,9 @@ def scatter(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str =
     if not xs:
         return _no_data(plot_id, title, width)
     ref_y = reference[0] if reference else None
+    finite_positive = [v for v in finite if v > 0]
     if log_y:
-        positive = [v for v in finite if v > 0] + ([ref_y] if ref_y and ref_y > 0 else [])
+        positive = finite_positive + ([ref_y] if ref_y and ref_y > 0 else [])
         if not positive:
             positive = [1e-12, 1.0]
         # A decade of room below the smallest error, so exact zeros (drawn
@@ -273,7 +274,7 @@ def scatter(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str =
     x_lo, x_hi = min(xs), max(xs)
     if x_hi == x_lo:
         x_lo, x_hi = x_lo - 1, x_hi + 1
-    left, right, top, bottom = 64, 16, 44, height - 40
+    left, right, top, bottom = 64, 16, 52, height - 40
     plot_w, plot_h = width - left - right, bottom - top
 
     def px(v):
@@ -302,7 +303,8 @@ def scatter(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str =
     if ref_y is not None and (not log_y or ref_y > 0):
         body.append(f'<g class="reference"><line x1="{left}" y1="{py(ref_y):.1f}" x2="{width - right}" '
                     f'y2="{py(ref_y):.1f}" stroke="{PALETTE[3]}" stroke-dasharray="6 4"/>'
-                    f'<text x="{left + 4}" y="{py(ref_y) - 4:.1f}" fill="{PALETTE[3]}">'
+                    f'<text x="{left + 4}" y="{py(ref_y) + (12 if py(ref_y) - top < 14 else -4):.1f}" '
+                    f'fill="{PALETTE[3]}">'
                     f'{esc(reference[1])}</text></g>')
     for s, (label, pts) in enumerate(clean):
         c = color(s)
@@ -319,6 +321,9 @@ def scatter(series: Sequence[tuple], *, title: str, plot_id: str, x_label: str =
                         f'fill="{"white" if hollow else c}" stroke="{c}">'
                         f'<title>{esc(tip)}{fmt(yv)}</title></circle>')
         body.append("</g>")
+    if log_y and not finite_positive:
+        body.append(f'<text class="all-zero" x="{left + plot_w / 2:.0f}" y="{top + plot_h / 2:.0f}" '
+                    f'text-anchor="middle" font-size="13" fill="{AXIS}">every value is exactly 0</text>')
     if log_y and any(p[1] <= 0 for _, pts in clean for p in pts):
         body.append(f'<text x="{width - right}" y="34" text-anchor="end" fill="{AXIS}">'
                     f'○ on the bottom edge: exactly 0</text>')

@@ -65,7 +65,7 @@ def test_histogram_counts_every_sample_once():
 
     assert total("A") == 100
     assert total("B") == 50  # the outlier is beyond the 99th percentile range...
-    assert "1 samples above" in ET.tostring(root, encoding="unicode")  # ...and said so
+    assert "(1 sample above" in ET.tostring(root, encoding="unicode")  # ...and said so
     assert len([ln for ln in root.iter("line") if ln.get("class") == "median"]) == 2
 
 
@@ -90,6 +90,13 @@ def test_scatter_log_axis_shows_exact_zeros_on_the_bottom_edge():
     assert circles[0].find("title").text.startswith("exact: 0")
     ref = [g for g in root.iter("g") if g.get("class") == "reference"]
     assert len(ref) == 1 and ys[2] < float(ref[0].find("line").get("y1")) < ys[1]
+
+
+def test_scatter_of_exact_matches_says_so():
+    root = parse(svg.scatter([("layers", [(i, 0.0) for i in range(5)])], title="err", plot_id="p", log_y=True,
+                             reference=(1e-4, "atol")))
+    assert [t.text for t in root.iter("text") if t.get("class") == "all-zero"] == ["every value is exactly 0"]
+    assert all(c.get("fill") == "white" for c in series(root, "layers").findall("circle"))
 
 
 def test_mini_histogram_marks_buckets_at_or_above_tolerance():
