@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 from pyonnxopt.benchmark import ab, latency
 from pyonnxopt.benchmark.cold import cold_start
-from pyonnxopt.benchmark.feeds import load_samples, model_feeds
+from pyonnxopt.benchmark.feeds import input_specs, load_samples, model_feeds
 from pyonnxopt.benchmark.profile import profile_model
 from pyonnxopt.benchmark.session import (LoadError, Settings, check_settings, create_session, load_message,
                                          warm_up_runtime)
@@ -39,7 +39,8 @@ def bench(models: Sequence[str], *, provider: str = "cpu", intra_op_threads: Opt
     for label, path in zip(LABELS, models):
         if not os.path.isfile(path):
             raise Error(f"model {label} ({path}): no such file")
-    samples = load_samples(inputs) if inputs is not None else None
+    # Unnamed .pb inputs take model A's input names.
+    samples = load_samples(inputs, input_specs(models[0])) if inputs is not None else None
 
     warm_up_runtime(settings)
     records, sessions, feeds = [], [], []

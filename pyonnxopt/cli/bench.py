@@ -3,8 +3,7 @@ memory and (with two models) an interleaved A/B ratio, in onnxruntime."""
 
 from __future__ import annotations
 
-import json
-
+from pyonnxopt.cli.output import to_json, write_atomic
 from pyonnxopt.cli.render import console
 
 
@@ -44,10 +43,9 @@ def run(args) -> int:
                        batch_size=args.batch_size, inputs=args.inputs, seed=args.seed, profile=args.profile,
                        cold=not args.no_cold, progress=lambda text: status.update(f"benchmarking: {text}"))
     if args.report:
-        with open(args.report, "w") as f:
-            json.dump(result, f, indent=2)
+        write_atomic(args.report, to_json(result))
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(to_json(result), end="")
     else:
         render(result)
     return 0

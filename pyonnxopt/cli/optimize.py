@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
+from pyonnxopt.cli.output import to_json, write_atomic
 from pyonnxopt.cli.render import console
 
 
@@ -95,10 +95,9 @@ def run(args) -> int:
 
         _, report = optimize(args.input, args.output, progress=progress, **options)
     if args.report:
-        with open(args.report, "w") as f:
-            json.dump(report, f, indent=2)
+        write_atomic(args.report, to_json(report))
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(to_json(report), end="")
     else:
         render(report)
         if explain:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from pyonnxopt.cli.output import to_json, write_atomic
 from pyonnxopt.cli.render import console
 
 MISMATCH = 1
@@ -28,7 +29,6 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    import json
 
     from pyonnxopt.errors import Error
     from pyonnxopt.report import gather, report_page
@@ -53,28 +53,13 @@ def run(args) -> int:
                         progress=lambda text: status.update(f"report: {text}"))
     written = []
     if args.json:
-        write_atomic(args.json, json.dumps(report, indent=2) + "\n")
+        write_atomic(args.json, to_json(report))
         written.append(args.json)
     if args.html:
         write_atomic(args.html, report_page(report))
         written.append(args.html)
     render(report, written)
     return MISMATCH if report["verify"] is not None and not report["verify"].get("ok") else 0
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Writes a temporary file next to `path`, then renames it over `path`, so
-    a reader (or a crash) never sees half a report."""
-    # A plain open (not mkstemp) so the file gets the usual umask permissions.
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def render(report: dict, written: list) -> None:

@@ -5,9 +5,9 @@ CI), 2 on a user error."""
 
 from __future__ import annotations
 
-import json
 import re
 
+from pyonnxopt.cli.output import to_json, write_atomic
 from pyonnxopt.cli.render import console, human_bytes
 
 MISMATCH = 1
@@ -97,6 +97,7 @@ def parse_tolerances(atol, rtol, specs: list) -> dict:
 def run(args) -> int:
     from pyonnxopt.cli.optimize import parse_size
     from pyonnxopt.errors import Error
+    from pyonnxopt.report.pages import verify_page
     from pyonnxopt.verify import verify
 
     if args.samples < 1:
@@ -112,12 +113,11 @@ def run(args) -> int:
     with console(stderr=True).status("verifying") as status:
         result = verify(args.original, args.optimized, progress=lambda m: status.update(f"verifying: {m}"), **options)
     if args.report:
-        with open(args.report, "w") as f:
-            json.dump(result, f, indent=2)
+        write_atomic(args.report, to_json(result))
     if args.html:
-        _write_html(result, args.html)
+        write_atomic(args.html, verify_page(result))
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(to_json(result), end="")
     else:
         render(result)
     if args.bisect and not result["ok"]:
@@ -129,15 +129,7 @@ def run(args) -> int:
     return 0 if result["ok"] else MISMATCH
 
 
-def _write_html(result: dict, path: str) -> None:
-    from pyonnxopt.errors import Error
 
-    try:
-        from pyonnxopt.report.pages import verify_page
-    except ImportError:
-        raise Error("--html needs pyonnxopt.report") from None
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(verify_page(result))
 
 
 def _num(x, fmt: str = ".1e") -> str:

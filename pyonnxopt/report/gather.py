@@ -9,6 +9,7 @@ import json
 import os
 from typing import Callable, Optional
 
+from pyonnxopt.cli.output import from_json
 from pyonnxopt.errors import Error, MissingDependency
 
 REPORT_KIND = "report"
@@ -99,7 +100,7 @@ def _load(source, what: str):
         raise TypeError(f"{what}: expected a dict or a path, got {type(source).__name__}")
     try:
         with open(source, encoding="utf-8") as f:
-            return json.load(f)
+            return from_json(f.read())
     except FileNotFoundError:
         raise Error(f"{source}: no such file (the {what})") from None
     except OSError as e:

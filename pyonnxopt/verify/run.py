@@ -20,6 +20,7 @@ import numpy as np
 
 from pyonnxopt.errors import Error, first_line
 from pyonnxopt.verify import intermediates as im
+from pyonnxopt.verify.inputs import input_specs, load_samples, random_feeds, validate_feeds
 from pyonnxopt.verify.metrics import DEFAULT_TOLERANCES, compare_arrays, merge, tolerance
 from pyonnxopt.verify.structure import structure_diff
 
@@ -118,76 +119,12 @@ def resolve_tolerances(overrides: Optional[dict]) -> dict:
 
 # ---------------------------------------------------------------- inputs
 
-def _inputs_module():
-    try:
-        from pyonnxopt.verify import inputs
-    except ImportError:  # until pyonnxopt/verify/inputs.py is merged
-        return _FallbackInputs
-    return inputs
-
-
-class _FallbackInputs:
-    """pyonnxopt.check.random_inputs' generation behind inputs.py's API, used
-    only while pyonnxopt/verify/inputs.py is missing (delete on merge)."""
-
-    class Spec:
-        def __init__(self, name, dtype, shape):
-            self.name, self.dtype, self.shape, self.high = name, dtype, shape, None
-
-    @staticmethod
-    def input_specs(source):
-        from onnx import helper
-
-        import pyonnxopt
-
-        model = pyonnxopt.load(source)
-        return [_FallbackInputs.Spec(v.name, np.dtype(helper.tensor_dtype_to_np_dtype(v.type["elem_type"])),
-                                     list(v.type.get("shape") or []))
-                for v in model.graph.inputs if v.initializer is None]
-
-    @staticmethod
-    def random_feeds(specs, seed=0, batch_size=None, vocab_size=None, dims=None):
-        rng = np.random.default_rng(seed)
-        feeds = {}
-        for s in specs:
-            shape = [d if isinstance(d, int) and d >= 0 else (batch_size or 1) if i == 0 else 1
-                     for i, d in enumerate(s.shape)]
-            if s.dtype.kind == "f":
-                feeds[s.name] = rng.standard_normal(shape).astype(s.dtype)
-            elif s.dtype.kind == "b":
-                feeds[s.name] = rng.integers(0, 2, shape).astype(np.bool_)
-            else:
-                feeds[s.name] = rng.integers(0, 2, shape).astype(s.dtype)
-        return feeds
-
-    @staticmethod
-    def load_samples(path):
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                return [{name: data[name] for name in data.files}]
-        except (OSError, ValueError) as e:
-            raise Error(f"--inputs {path}: cannot read it as .npz ({e})") from None
-
-    @staticmethod
-    def validate_feeds(specs, feeds, label):
-        by_name = {s.name: s for s in specs}
-        for name, value in feeds.items():
-            spec = by_name.get(name)
-            if spec is None:
-                raise Error(f"{label}: the model has no input {name!r} (inputs: {', '.join(by_name)})")
-            if np.asarray(value).dtype != spec.dtype or np.ndim(value) != len(spec.shape):
-                raise Error(f"{label}: input {name!r} is {np.asarray(value).dtype}{list(np.shape(value))} but "
-                            f"the original model expects {spec.dtype}{spec.shape}")
-        return feeds
-
-
 def _samples(a, b, inputs, seed, samples, batch_sizes, vocab_size) -> tuple:
     """The feed dicts (one per sample and batch size) and the JSON "inputs" entry."""
-    mod = _inputs_module()
-    specs = mod.input_specs(a.path or a.read_bytes())
+    specs = input_specs(a.path or a.read_bytes())
     if inputs is None:
         batch_sizes = batch_sizes or [None]
-        feeds = [mod.random_feeds(specs, seed=seed + s, batch_size=bs, vocab_size=vocab_size)
+        feeds = [random_feeds(specs, seed=seed + s, batch_size=bs, vocab_size=vocab_size)
                  for bs in batch_sizes for s in range(samples)]
         source = {"source": "random", "seed": seed, "samples": samples, "batch_sizes": list(batch_sizes)}
     else:
@@ -196,10 +133,11 @@ def _samples(a, b, inputs, seed, samples, batch_sizes, vocab_size) -> tuple:
         elif isinstance(inputs, (list, tuple)):
             given = list(inputs)
         else:
-            given = mod.load_samples(inputs)
+            given = load_samples(inputs, specs)
         if not given:
             raise Error(f"inputs {inputs}: no samples found")
-        feeds = [mod.validate_feeds(specs, f, f"inputs sample {i + 1}") for i, f in enumerate(given)]
+        feeds = [validate_feeds(specs, f, getattr(f, "source", f"inputs sample {i + 1}"), model="the original model")
+                 for i, f in enumerate(given)]
         label = str(inputs) if not isinstance(inputs, (dict, list, tuple)) else "<memory>"
         source = {"source": label, "seed": None, "samples": len(feeds), "batch_sizes": [None]}
     optimized_inputs = [v.name for v in b.model.graph.inputs]

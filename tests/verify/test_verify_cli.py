@@ -187,16 +187,10 @@ def test_missing_file_exit_2(models, capsys):
     assert "optimized model (nowhere.onnx): no such file" in capsys.readouterr().err
 
 
-def test_html_needs_the_report_module(models, tmp_path, capsys, monkeypatch):
-    import builtins
+def test_html_page_and_strict_json_report(models, tmp_path):
+    page, report = tmp_path / "v.html", tmp_path / "v.json"
+    assert main(["verify", models[0], models[1], "--html", str(page), "--report", str(report)]) == 0
+    assert "<table" in page.read_text() and "http://" not in page.read_text()
+    data = json.loads(report.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+    assert data["kind"] == "verify" and data["ok"]
 
-    real_import = builtins.__import__
-
-    def no_report(name, *args, **kwargs):
-        if name.startswith("pyonnxopt.report"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_report)
-    assert main(["verify", models[0], models[1], "--html", str(tmp_path / "v.html")]) == 2
-    assert "--html needs pyonnxopt.report" in capsys.readouterr().err
