@@ -1,0 +1,1 @@
+"""Verification: the optimized model against the original, in onnxruntime."""
