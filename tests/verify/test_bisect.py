@@ -4,97 +4,19 @@ rollback model keeps every other rewrite and matches the original."""
 
 from collections import Counter
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from bisect_helpers import BAD_PASS, BAD_RULE, broken_passes, chain  # noqa: F401 (a fixture)
 
 import pyonnxopt
 from pyonnxopt import check
 from pyonnxopt.errors import VerificationError
-from pyonnxopt.fusion import Op, Rule, Var
-from pyonnxopt.fusion.rule import node_id
 from pyonnxopt.passes import Pass, PassOptions, PassResult, register, run_passes, unregister
 from pyonnxopt.verify.bisect import _Reference, bisect, describe, log2_bound, render_bisect
 
-BAD_PASS = "test_turn_adds_into_sums"
-BAD_RULE = "test_hoist_neg"
-
-
-class TurnAddsIntoSums(Pass):
-    """Add(a, b) -> Sum(a, b), except the node named "bad", which becomes
-    Sub(a, b): wrong on purpose. Pinned nodes stay, as for every pass."""
-
-    name = BAD_PASS
-    description = "Add -> Sum (Sub for the node named 'bad': wrong on purpose)"
-
-    def run(self, model, options=PassOptions()):
-        rewrites = []
-        for n in list(model.graph.nodes):
-            if n.op_type != "Add" or n.pinned:
-                continue
-            consumed = node_id(n)
-            new = model.graph.replace_node(n, "Sub" if n.name == "bad" else "Sum", list(n.inputs), name=n.name)
-            rewrites.append({"what": "add to sum", "consumed": [consumed], "produced": [node_id(new)]})
-        return PassResult(bool(rewrites), {"rewrites": rewrites, "nodes_removed": len(rewrites),
-                                           "nodes_added": len(rewrites)})
-
-
-class HoistNeg(Rule):
-    """Tanh(Neg(x)) -> Neg(Tanh(x)) (Tanh is odd); at the Tanh named
-    "bad_tanh" it drops the Neg: wrong on purpose."""
-
-    name = BAD_RULE
-    description = "Tanh(Neg(x)) -> Neg(Tanh(x)) (the Neg dropped at 'bad_tanh': wrong on purpose)"
-
-    def pattern(self, opset):
-        return Op("Tanh", Op("Neg", Var("x"), name="neg"), name="tanh")
-
-    def rewrite(self, m, edit):
-        if m["tanh"].name == "bad_tanh":
-            edit.replace_root("Tanh", [m["x"]])
-        else:
-            (t,) = edit.node("Tanh", [m["x"]])
-            edit.replace_root("Neg", [t])
-        return None
-
-
-@pytest.fixture
-def broken_passes():
-    register(TurnAddsIntoSums())
-    register(HoistNeg())
-    yield
-    unregister(BAD_PASS)
-    unregister(BAD_RULE)
-
-
-def _chain(adds: int, bad_add: int = -1, negs: int = 0, bad_tanh_at: int = -1, identities: int = 3):
-    """x -> [Identity]* -> (Add c_i -> Tanh)* -> (Neg -> Tanh -> Sin)* -> y:
-    every step changes the values, so any wrong rewrite shows in y."""
-    rng = np.random.default_rng(1)
-    nodes, inits, cur = [], [], "x"
-    for i in range(identities):
-        nodes.append(helper.make_node("Identity", [cur], [f"id{i}"], name=f"identity{i}"))
-        cur = f"id{i}"
-    for i in range(adds):
-        c = f"c{i}"
-        inits.append(helper.make_tensor(c, TensorProto.FLOAT, [4], (rng.random(4) + 0.5).astype(np.float32)))
-        nodes.append(helper.make_node("Add", [cur, c], [f"a{i}"], name="bad" if i == bad_add else f"add{i}"))
-        nodes.append(helper.make_node("Tanh", [f"a{i}"], [f"t{i}"], name=f"tanh{i}"))
-        cur = f"t{i}"
-    for i in range(negs):
-        nodes.append(helper.make_node("Neg", [cur], [f"n{i}"], name=f"neg{i}"))
-        nodes.append(helper.make_node("Tanh", [f"n{i}"], [f"m{i}"], name="bad_tanh" if i == bad_tanh_at else f"tanh_n{i}"))
-        nodes.append(helper.make_node("Sin", [f"m{i}"], [f"u{i}"], name=f"sin{i}"))
-        cur = f"u{i}"
-    nodes.append(helper.make_node("Identity", [cur], ["y"], name="out"))
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
 
 def test_names_the_pass_and_the_wrong_rewrite_and_rolls_it_back(broken_passes, tmp_path):
-    model = _chain(adds=8, bad_add=5)
+    model = chain(adds=8, bad_add=5)
     out = tmp_path / "rolled_back.onnx"
     result = bisect(model, rollback_output=out)
     assert not result["ok"]
@@ -115,7 +37,7 @@ def test_names_the_pass_and_the_wrong_rewrite_and_rolls_it_back(broken_passes, t
 
 
 def test_wrong_rewrite_inside_a_rule(broken_passes, tmp_path):
-    model = _chain(adds=0, negs=6, bad_tanh_at=2)
+    model = chain(adds=0, negs=6, bad_tanh_at=2)
     result = bisect(model, rollback_output=tmp_path / "rb.onnx")
     assert result["pass"] == BAD_RULE
     assert result["rewrites"] == 6
@@ -132,12 +54,12 @@ def test_wrong_rewrite_inside_a_rule(broken_passes, tmp_path):
 
 def test_the_first_bad_pass_is_named_when_two_are_broken(broken_passes):
     # The Add pass runs before the rule in the pipeline (registration order).
-    result = bisect(_chain(adds=3, bad_add=0, negs=3, bad_tanh_at=1))
+    result = bisect(chain(adds=3, bad_add=0, negs=3, bad_tanh_at=1))
     assert result["pass"] == BAD_PASS and result["rewrite"]["consumed"] == ["bad"]
 
 
 def test_clean_pipeline_is_ok(broken_passes, cnn_path):
-    result = bisect(_chain(adds=4, negs=2))  # no node named bad: every rewrite is right
+    result = bisect(chain(adds=4, negs=2))  # no node named bad: every rewrite is right
     assert result["ok"] and result["pass"] is None and result["rewrite"] is None and result["rollback"] is None
     assert result["checks"] == result["passes_checked"] >= 3  # identities, adds, negs at least
     cnn = bisect(str(cnn_path))
@@ -147,7 +69,7 @@ def test_clean_pipeline_is_ok(broken_passes, cnn_path):
 def test_checks_grow_with_log_of_rewrites(broken_passes):
     costs = {}
     for n in (4, 32):
-        result = bisect(_chain(adds=n, bad_add=n - 2, identities=0), passes=[BAD_PASS])
+        result = bisect(chain(adds=n, bad_add=n - 2, identities=0), passes=[BAD_PASS])
         assert result["rewrite"]["consumed"] == ["bad"]
         costs[n] = result["isolation_checks"]
         assert costs[n] <= log2_bound(n)
@@ -156,7 +78,7 @@ def test_checks_grow_with_log_of_rewrites(broken_passes):
 
 def test_user_pins_are_kept_through_the_search(broken_passes, tmp_path):
     # "add1" is excluded from optimization: it must stay an Add in the rollback too.
-    result = bisect(_chain(adds=4, bad_add=2), exclude_nodes=["add1"], rollback_output=tmp_path / "rb.onnx")
+    result = bisect(chain(adds=4, bad_add=2), exclude_nodes=["add1"], rollback_output=tmp_path / "rb.onnx")
     assert result["rewrite"]["consumed"] == ["bad"] and result["rewrites"] == 3
     adds = sorted(n.name for n in onnx.load(tmp_path / "rb.onnx").graph.node if n.op_type == "Add")
     assert adds == ["add1", "bad"]
@@ -178,7 +100,7 @@ class SubEverything(Pass):
 def test_says_so_when_no_rewrite_can_be_isolated(tmp_path):
     register(SubEverything())
     try:
-        result = bisect(_chain(adds=3), rollback_output=tmp_path / "rb.onnx")
+        result = bisect(chain(adds=3), rollback_output=tmp_path / "rb.onnx")
     finally:
         unregister(SubEverything.name)
     assert result["pass"] == SubEverything.name and result["rewrite"] is None
@@ -191,7 +113,7 @@ def test_says_so_when_no_rewrite_can_be_isolated(tmp_path):
 
 
 def test_reference_agrees_with_check_compare():
-    model = _chain(adds=2, identities=1)
+    model = chain(adds=2, identities=1)
     good, _ = run_passes(pyonnxopt.load(model), passes=["eliminate_identity"])
     bad = onnx.load_from_string(good.to_bytes())
     bad.graph.node[0].op_type = "Sub"
@@ -208,21 +130,21 @@ def test_after_pass_can_stop_the_pipeline():
         seen.append(run.name)
         return run.name != "eliminate_identity"
 
-    _, report = run_passes(pyonnxopt.load(_chain(adds=1)), passes=["eliminate_identity", "eliminate_dead_code"],
+    _, report = run_passes(pyonnxopt.load(chain(adds=1)), passes=["eliminate_identity", "eliminate_dead_code"],
                            after_pass=after)
     assert seen == ["eliminate_identity"] and report.stopped and not report.converged
-    _, report = run_passes(pyonnxopt.load(_chain(adds=1)), passes=["eliminate_identity", "eliminate_dead_code"],
+    _, report = run_passes(pyonnxopt.load(chain(adds=1)), passes=["eliminate_identity", "eliminate_dead_code"],
                            after_pass=lambda m, r: None)
     assert report.converged and not report.stopped
 
 
 def test_optimize_verify_each_pass(broken_passes, tmp_path):
     out = tmp_path / "out.onnx"
-    _, report = pyonnxopt.optimize(_chain(adds=3, negs=2), str(out), verify_each_pass=True)
+    _, report = pyonnxopt.optimize(chain(adds=3, negs=2), str(out), verify_each_pass=True)
     assert report["verified_each_pass"] >= 3 and out.exists()
     bad = tmp_path / "bad.onnx"
     with pytest.raises(VerificationError, match=rf"pass {BAD_RULE} \(iteration 1\).*bad_tanh"):
-        pyonnxopt.optimize(_chain(adds=3, negs=2, bad_tanh_at=0), str(bad), verify_each_pass=True)
+        pyonnxopt.optimize(chain(adds=3, negs=2, bad_tanh_at=0), str(bad), verify_each_pass=True)
     assert not bad.exists()
 
 
@@ -230,9 +152,9 @@ def test_render(broken_passes, tmp_path):
     from rich.console import Console
 
     console = Console(record=True, width=200)
-    render_bisect(bisect(_chain(adds=4, bad_add=1), rollback_output=tmp_path / "rb.onnx"), console)
+    render_bisect(bisect(chain(adds=4, bad_add=1), rollback_output=tmp_path / "rb.onnx"), console)
     text = console.export_text()
     assert BAD_PASS in text and "bad" in text and "matches the original" in text
     console = Console(record=True, width=200)
-    render_bisect(bisect(_chain(adds=2)), console)
+    render_bisect(bisect(chain(adds=2)), console)
     assert "every pass keeps the outputs" in console.export_text()
