@@ -129,7 +129,7 @@ def optimize(
     if verify_each_pass:
         from pyonnxopt.verify.bisect import PassChecker
 
-        checker = PassChecker(start, seed=seed, inputs=check_inputs, progress=progress)
+        checker = PassChecker.starting(start, seed=seed, inputs=check_inputs, progress=progress)
     model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations, options=options,
                                  progress=progress, after_pass=checker)
     if checker is not None and checker.failure is not None:

@@ -69,6 +69,7 @@ class _Reference:
             self.feeds[name] = np.asarray(value)
         self.required, self.rtol, self.atol = list(outputs), rtol, atol
         self.where = f"seed {seed}" if not inputs else "given inputs"
+        self.seed = None if inputs else seed
         self._want: dict = {}
         self._steady = False  # whether the original was seen to give the same outputs twice
         self._expect(self.required)
@@ -149,19 +150,23 @@ class Failure:
 class PassChecker:
     """`run_passes`'s `after_pass`: checks the model after each pass that
     changed it, keeps the last good state's bytes, and stops the pipeline at
-    the first difference (recorded in `failure`)."""
+    the first difference (recorded in `failure`). `checks`: how many it made."""
 
-    def __init__(self, start: Start, *, seed: int = 0, inputs: Optional[dict] = None, rtol: float = 1e-4,
-                 atol: float = 1e-5, progress: Progress = None):
-        self.good = _serialize(start.model)
-        # Pins (--exclude-node) do not survive serialization: reapplied by node id.
-        self.pinned = {node_id(n) for n in start.model.nodes(recursive=True) if n.pinned}
-        self.reference = _Reference(start.original_ref, self.good if start.fixed else None, seed=seed,
-                                    inputs=inputs, outputs=start.kept_outputs, rtol=rtol, atol=atol)
-        self.seed = None if inputs else seed
+    def __init__(self, reference: _Reference, good: bytes, pinned: Iterable[str] = (), progress: Progress = None):
+        self.reference, self.good, self.pinned, self.progress = reference, good, set(pinned), progress
         self.checks = 0
         self.failure: Optional[Failure] = None
-        self.progress = progress
+
+    @classmethod
+    def starting(cls, start: Start, *, seed: int = 0, inputs: Optional[dict] = None, rtol: float = 1e-4,
+                 atol: float = 1e-5, progress: Progress = None) -> "PassChecker":
+        """A checker for the pipeline run from `start` (see optimize.prepare)."""
+        good = _serialize(start.model)
+        reference = _Reference(start.original_ref, good if start.fixed else None, seed=seed, inputs=inputs,
+                               outputs=start.kept_outputs, rtol=rtol, atol=atol)
+        # Pins (--exclude-node) do not survive serialization: reapplied by node id.
+        pinned = {node_id(n) for n in start.model.nodes(recursive=True) if n.pinned}
+        return cls(reference, good, pinned, progress)
 
     def check(self, model_bytes: bytes) -> CheckResult:
         self.checks += 1
@@ -182,8 +187,9 @@ class PassChecker:
         return True
 
     def load_good(self, pins: Iterable[str] = ()) -> Model:
-        """The last good state, with the user's pins and `pins` (node ids)."""
-        model = load(self.failure.good)
+        """The last good state (before the failing pass, when one failed), with
+        the pins this checker keeps and `pins` (node ids)."""
+        model = load(self.failure.good if self.failure else self.good)
         wanted = self.pinned | set(pins)
         for nid, nodes in _nodes_by_id(model).items():
             if nid in wanted:
@@ -251,24 +257,49 @@ def locate(checker: PassChecker, options: PassOptions, progress: Progress = None
     return found
 
 
+MAX_ROLLBACKS = 8  # culprits rolled back on the way to a model that matches, at most
+
+
 def roll_back(checker: PassChecker, found: dict, output, *, passes=None, skip: Iterable[str] = (),
               options: PassOptions = PassOptions(), max_iterations: int = 10, progress: Progress = None) -> dict:
-    """From the last good state, the pipeline runs on to a fixed point with
+    """From the last good state the pipeline runs on to a fixed point with
     the culprit rewrite held back (its consumed nodes pinned) or, when none
-    was isolated, without the culprit pass; the result is checked and saved
-    (atomically) to `output`, also when it still differs (the result says so)."""
-    if found["rewrite"] is not None:
-        model, skipped, what = checker.load_good(found["hold_back"]), list(skip), "rewrite"
-    else:
-        model, skipped, what = checker.load_good(), [*skip, found["pass"]], "pass"
-    model, report = run_passes(model, passes=passes, skip=skipped, max_iterations=max_iterations, options=options,
-                               progress=progress)
-    result = checker.check(_serialize(model))
+    was isolated, without the culprit pass. It is checked after each pass as
+    before: a further culprit met on the way is located and held back the
+    same way (named in "rolled_back"), up to MAX_ROLLBACKS (past that, the
+    state before the last culprit is kept and "complete" is False). The
+    result is checked once more and saved (atomically) to `output`."""
+    pins, skipped, rolled = set(), list(skip), []
+    current = checker
+    while True:
+        if found["rewrite"] is not None and not set(found["hold_back"]) <= pins | current.pinned:
+            pins |= set(found["hold_back"])
+            what = "rewrite"
+        else:  # nothing to pin (or pinning it did not keep it away): the whole pass
+            skipped.append(found["pass"])
+            what = "pass"
+        rolled.append({"what": what, **{k: found[k] for k in ("pass", "iteration", "first_mismatch", "rewrite",
+                                                               "note")}})
+        # The state before the culprit, checked from there on.
+        resumed = PassChecker(current.reference, current.failure.good, current.pinned | pins, progress)
+        model = resumed.load_good()
+        model, _ = run_passes(model, passes=passes, skip=skipped, max_iterations=max_iterations, options=options,
+                              progress=progress, after_pass=resumed)
+        checker.checks += resumed.checks
+        if resumed.failure is None or len(rolled) == MAX_ROLLBACKS:
+            break
+        current = resumed
+        found = locate(resumed, options, progress)
+        checker.checks += found["isolation_checks"]
+    complete = resumed.failure is None
+    if not complete:  # still a culprit after MAX_ROLLBACKS: keep the state before it
+        model = resumed.load_good()
+    data = _serialize(model)
+    final = checker.check(data)
     model.save(os.fspath(output))
-    return {"path": os.fspath(output), "rolled_back": what, "ok": result.first_mismatch is None,
-            "first_mismatch": result.first_mismatch, "max_abs_diff": result.max_abs_diff,
-            "nodes": len(list(model.nodes(recursive=True))),
-            "rewrites_applied": sum(len(r.stats.get("rewrites", [])) for r in report.runs)}
+    return {"path": os.fspath(output), "rolled_back": rolled, "complete": complete,
+            "ok": final.first_mismatch is None, "first_mismatch": final.first_mismatch,
+            "max_abs_diff": final.max_abs_diff, "nodes": len(list(model.nodes(recursive=True)))}
 
 
 def describe(found: dict) -> str:
@@ -296,13 +327,13 @@ def bisect(original, *, passes: Optional[Iterable[str]] = None, skip: Iterable[s
     options = options or PassOptions()
     skip = list(skip)
     start = prepare(original, exclude_nodes, prune_outputs, input_shapes, batch)
-    checker = PassChecker(start, seed=seed, inputs=inputs, rtol=rtol, atol=atol, progress=progress)
+    checker = PassChecker.starting(start, seed=seed, inputs=inputs, rtol=rtol, atol=atol, progress=progress)
     _, pipeline = run_passes(start.model, passes=passes, skip=skip, max_iterations=max_iterations, options=options,
                              progress=progress, after_pass=checker)
     result = {"kind": "bisect", "version": VERSION, "original": start.original.path or "<memory>",
               "ok": checker.failure is None, "pass": None, "iteration": None, "first_mismatch": None,
               "rewrite": None, "note": None, "rewrites": None, "passes_checked": checker.checks,
-              "iterations": pipeline.iterations, "seed": checker.seed, "isolation_checks": 0, "rollback": None}
+              "iterations": pipeline.iterations, "seed": checker.reference.seed, "isolation_checks": 0, "rollback": None}
     if checker.failure is not None:
         found = locate(checker, options, progress)
         result.update({k: found[k] for k in ("pass", "iteration", "first_mismatch", "rewrite", "note", "rewrites",
@@ -344,7 +375,14 @@ def render_bisect(result: dict, console) -> None:
     rb = result.get("rollback")
     if rb is not None:
         verdict = "[green]matches the original[/green]" if rb["ok"] else f"[red]still differs: {rb['first_mismatch']}[/red]"
-        table.add_row("rolled back", f"the {rb['rolled_back']}: {rb['path']} ({rb['nodes']} nodes), {verdict}")
+        for i, r in enumerate(rb["rolled_back"]):
+            label = "rolled back" if i == 0 else "and, found on the way"
+            if r["what"] == "rewrite":
+                table.add_row(label, f"{r['rewrite']['what']} of {', '.join(r['rewrite']['consumed'])} "
+                                     f"({r['pass']})")
+            else:
+                table.add_row(label, f"the whole pass {r['pass']}")
+        table.add_row("written", f"{rb['path']} ({rb['nodes']} nodes), {verdict}")
     console.print(table)
 
 

@@ -26,7 +26,8 @@ def test_names_the_pass_and_the_wrong_rewrite_and_rolls_it_back(broken_passes, t
     assert result["rewrites"] == 8
     assert result["isolation_checks"] <= log2_bound(8) == 4
     rb = result["rollback"]
-    assert rb["ok"] and rb["rolled_back"] == "rewrite" and rb["path"] == str(out)
+    assert rb["ok"] and rb["complete"] and rb["path"] == str(out)
+    assert [(r["what"], r["pass"], r["rewrite"]["consumed"]) for r in rb["rolled_back"]] == [("rewrite", BAD_PASS, ["bad"])]
     # Only that rewrite is rolled back: the other Adds became Sums, the
     # Identities are gone, and the result matches the original.
     rolled = onnx.load(out)
@@ -52,10 +53,18 @@ def test_wrong_rewrite_inside_a_rule(broken_passes, tmp_path):
     assert BAD_RULE in describe(result) and "bad_tanh" in describe(result)
 
 
-def test_the_first_bad_pass_is_named_when_two_are_broken(broken_passes):
+def test_two_broken_passes_first_named_both_rolled_back(broken_passes, tmp_path):
     # The Add pass runs before the rule in the pipeline (registration order).
-    result = bisect(chain(adds=3, bad_add=0, negs=3, bad_tanh_at=1))
+    result = bisect(chain(adds=3, bad_add=0, negs=3, bad_tanh_at=1), rollback_output=tmp_path / "rb.onnx")
     assert result["pass"] == BAD_PASS and result["rewrite"]["consumed"] == ["bad"]
+    rb = result["rollback"]
+    assert [(r["pass"], sorted(r["rewrite"]["consumed"])) for r in rb["rolled_back"]] == [
+        (BAD_PASS, ["bad"]), (BAD_RULE, ["bad_tanh", "neg1"])]
+    assert rb["ok"] and rb["complete"]
+    ops = Counter(n.op_type for n in onnx.load(tmp_path / "rb.onnx").graph.node)
+    assert ops == {"Sum": 2, "Add": 1, "Tanh": 6, "Neg": 3, "Sin": 3}
+    assert check.compare(chain(adds=3, bad_add=0, negs=3, bad_tanh_at=1).SerializeToString(),
+                         str(tmp_path / "rb.onnx")).first_mismatch is None
 
 
 def test_clean_pipeline_is_ok(broken_passes, cnn_path):
@@ -107,7 +116,7 @@ def test_says_so_when_no_rewrite_can_be_isolated(tmp_path):
     assert "lists no rewrites" in result["note"]
     # Rolled back: the whole pass (the rest of the pipeline still ran).
     rb = result["rollback"]
-    assert rb["rolled_back"] == "pass" and rb["ok"]
+    assert [r["what"] for r in rb["rolled_back"]] == ["pass"] and rb["ok"]
     ops = Counter(n.op_type for n in onnx.load(tmp_path / "rb.onnx").graph.node)
     assert ops == {"Add": 3, "Tanh": 3}
 
