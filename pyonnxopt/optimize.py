@@ -130,13 +130,17 @@ def optimize(
         from pyonnxopt.verify.bisect import PassChecker
 
         checker = PassChecker.starting(start, seed=seed, inputs=check_inputs, progress=progress)
-    model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations, options=options,
-                                 progress=progress, after_pass=checker)
-    if checker is not None and checker.failure is not None:
-        from pyonnxopt.verify.bisect import describe, locate
+    try:
+        model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations,
+                                     options=options, progress=progress, after_pass=checker)
+        if checker is not None and checker.failure is not None:
+            from pyonnxopt.verify.bisect import describe, locate
 
-        found = locate(checker, options)
-        raise VerificationError(f"{describe(found)}; nothing was written")
+            found = locate(checker, options, progress)
+            raise VerificationError(f"{describe(found)}; nothing was written")
+    finally:
+        if checker is not None:
+            checker.close()
     report = {
         "version": REPORT_VERSION,
         "input": original.path or None,

@@ -3,7 +3,8 @@
 1. The pipeline runs from the original as `optimize` runs it; after every
    pass that changed the model, the model (serialized in memory) is checked
    against the original in onnxruntime. The first pass whose result differs
-   is the culprit; the bytes from before it are the last good state.
+   is the culprit; the model from before it (kept in a temporary file) is
+   the last good state.
 2. That pass is run again, alone, on the last good state with the nodes some
    of its rewrites consumed pinned, which holds those rewrites back. A binary
    search over its n rewrites (apply the first k, hold back the rest) finds
@@ -14,7 +15,8 @@
    pipeline runs on to a fixed point; the result is checked and saved.
 
 The original's session, inputs and outputs are made once: each check costs
-one onnxruntime session and one run of the candidate, not two.
+one onnxruntime session and one run of the candidate, not two; candidates
+go to onnxruntime as files (faster than bytes, and past 2 GB too).
 
 Where a rewrite cannot be isolated the result names the pass only and says
 why: the pass lists no rewrites (or none naming a node it consumed), its
@@ -26,8 +28,12 @@ step: the later pass is named.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import os
+import shutil
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -35,7 +41,7 @@ from typing import Callable, Iterable, Optional
 
 from pyonnxopt import check
 from pyonnxopt.check import CheckResult, CheckUnavailable
-from pyonnxopt.errors import Error, MissingDependency, ModelError, first_line
+from pyonnxopt.errors import Error, MissingDependency, first_line
 from pyonnxopt.fusion.rule import node_id
 from pyonnxopt.model import Model, load
 from pyonnxopt.optimize import Start, prepare
@@ -49,7 +55,7 @@ class _Reference:
     """The original run once on the check's inputs; `compare` then runs only
     the candidate. Same inputs, tolerances and verdicts as `check.compare`."""
 
-    def __init__(self, original_ref, start_bytes: Optional[bytes], *, seed: int, inputs: Optional[dict],
+    def __init__(self, original_ref, start_model: Optional[str], *, seed: int, inputs: Optional[dict],
                  outputs: list, rtol: float, atol: float):
         try:
             self._session = check.session(original_ref)
@@ -59,7 +65,7 @@ class _Reference:
             raise CheckUnavailable(f"onnxruntime cannot run the original: {first_line(e)}") from e
         self._names = {o.name for o in self._session.get_outputs()}
         # Inputs fixed during optimization: the original runs on the fixed shapes.
-        shaped_by = check.session(start_bytes) if start_bytes is not None else self._session
+        shaped_by = check.session(start_model) if start_model is not None else self._session
         self.feeds = check.random_inputs(shaped_by, seed)
         for name, value in (inputs or {}).items():
             if name not in self.feeds:
@@ -87,7 +93,8 @@ class _Reference:
             self._want.update(zip(missing, self._run_original(missing)))
         return [self._want[n] for n in names]
 
-    def compare(self, candidate: bytes) -> CheckResult:
+    def compare(self, candidate) -> CheckResult:
+        """`candidate`: a model file (or serialized bytes)."""
         try:
             b = check.session(candidate)
         except MissingDependency:
@@ -117,12 +124,28 @@ class _Reference:
         return result
 
 
-def _serialize(model: Model) -> bytes:
-    try:
-        return model.to_bytes()
-    except ModelError as e:
-        raise Error(f"checking after each pass holds the model in memory, which protobuf's 2 GB limit "
-                    f"forbids here ({first_line(e)}); check the optimized file with `pyonnxopt verify` instead") from e
+class _Workspace:
+    """A temporary folder for model states: writing a state to a file and
+    letting onnxruntime read it is faster than serializing to bytes, keeps no
+    copy in memory, and knows no 2 GB limit (past it, external data)."""
+
+    def __init__(self):
+        self.folder = tempfile.mkdtemp(prefix="pyonnxopt-bisect-")
+        self._count = itertools.count()
+
+    def save(self, model: Model) -> str:
+        path = os.path.join(self.folder, f"state{next(self._count)}.onnx")
+        model.save(path)
+        return path
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _discard(path: str) -> None:
+    for p in (path, f"{path}.data"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
 
 
 def _nodes_by_id(model: Model) -> dict:
@@ -143,17 +166,21 @@ class Failure:
     pass_name: str
     iteration: int
     first_mismatch: str
-    good: bytes  # the model just before that pass
+    good: str  # the file of the model just before that pass
     rewrites: list  # what the pass reported doing
 
 
 class PassChecker:
     """`run_passes`'s `after_pass`: checks the model after each pass that
-    changed it, keeps the last good state's bytes, and stops the pipeline at
-    the first difference (recorded in `failure`). `checks`: how many it made."""
+    changed it, keeps the last good state (a file in its workspace), and
+    stops the pipeline at the first difference (recorded in `failure`).
+    `checks`: how many it made. Use it as a context manager (or `close` it):
+    the checker made by `starting` owns the workspace."""
 
-    def __init__(self, reference: _Reference, good: bytes, pinned: Iterable[str] = (), progress: Progress = None):
-        self.reference, self.good, self.pinned, self.progress = reference, good, set(pinned), progress
+    def __init__(self, reference: _Reference, workspace: _Workspace, good: str, pinned: Iterable[str] = (),
+                 progress: Progress = None, owner: bool = False):
+        self.reference, self.workspace, self.good, self.pinned = reference, workspace, good, set(pinned)
+        self.progress, self._owner, self._own_good = progress, owner, owner
         self.checks = 0
         self.failure: Optional[Failure] = None
 
@@ -161,29 +188,59 @@ class PassChecker:
     def starting(cls, start: Start, *, seed: int = 0, inputs: Optional[dict] = None, rtol: float = 1e-4,
                  atol: float = 1e-5, progress: Progress = None) -> "PassChecker":
         """A checker for the pipeline run from `start` (see optimize.prepare)."""
-        good = _serialize(start.model)
-        reference = _Reference(start.original_ref, good if start.fixed else None, seed=seed, inputs=inputs,
-                               outputs=start.kept_outputs, rtol=rtol, atol=atol)
-        # Pins (--exclude-node) do not survive serialization: reapplied by node id.
+        workspace = _Workspace()
+        try:
+            good = workspace.save(start.model)
+            reference = _Reference(start.original_ref, good if start.fixed else None, seed=seed, inputs=inputs,
+                                   outputs=start.kept_outputs, rtol=rtol, atol=atol)
+        except BaseException:
+            workspace.close()
+            raise
+        # Pins (--exclude-node) are not saved: reapplied by node id.
         pinned = {node_id(n) for n in start.model.nodes(recursive=True) if n.pinned}
-        return cls(reference, good, pinned, progress)
+        return cls(reference, workspace, good, pinned, progress, owner=True)
 
-    def check(self, model_bytes: bytes) -> CheckResult:
+    def resumed(self, pins: Iterable[str] = ()) -> "PassChecker":
+        """A checker that goes on from the state before the failing pass, with `pins` added."""
+        return PassChecker(self.reference, self.workspace, self.failure.good, self.pinned | set(pins), self.progress)
+
+    def close(self) -> None:
+        if self._owner:
+            self.workspace.close()
+
+    def __enter__(self) -> "PassChecker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def check(self, model_file: str) -> CheckResult:
         self.checks += 1
-        return self.reference.compare(model_bytes)
+        return self.reference.compare(model_file)
+
+    def check_model(self, model: Model) -> CheckResult:
+        """Checks a model held in memory (through a file, removed after)."""
+        path = self.workspace.save(model)
+        try:
+            return self.check(path)
+        finally:
+            _discard(path)
 
     def __call__(self, model: Model, run) -> bool:
         if not run.modified:
             return True
         if self.progress:
             self.progress(f"checking after {run.name}", run.iteration)
-        data = _serialize(model)
-        result = self.check(data)
+        path = self.workspace.save(model)
+        result = self.check(path)
         if result.first_mismatch:
+            _discard(path)
             self.failure = Failure(run.name, run.iteration, result.first_mismatch, self.good,
                                    list(run.stats.get("rewrites", [])))
             return False
-        self.good = data
+        if self._own_good:
+            _discard(self.good)
+        self.good, self._own_good = path, True
         return True
 
     def load_good(self, pins: Iterable[str] = ()) -> Model:
@@ -230,7 +287,7 @@ def locate(checker: PassChecker, options: PassOptions, progress: Progress = None
                                f"({sum(happened.values())} made, {sum(expected.values())} expected)")
         if not run.modified:  # nothing changed: the last good state, known good
             return True
-        return checker.check(_serialize(model)).first_mismatch is None
+        return checker.check_model(model).first_mismatch is None
 
     try:
         if not f.rewrites:
@@ -281,7 +338,7 @@ def roll_back(checker: PassChecker, found: dict, output, *, passes=None, skip: I
         rolled.append({"what": what, **{k: found[k] for k in ("pass", "iteration", "first_mismatch", "rewrite",
                                                                "note")}})
         # The state before the culprit, checked from there on.
-        resumed = PassChecker(current.reference, current.failure.good, current.pinned | pins, progress)
+        resumed = current.resumed(pins)
         model = resumed.load_good()
         model, _ = run_passes(model, passes=passes, skip=skipped, max_iterations=max_iterations, options=options,
                               progress=progress, after_pass=resumed)
@@ -294,9 +351,8 @@ def roll_back(checker: PassChecker, found: dict, output, *, passes=None, skip: I
     complete = resumed.failure is None
     if not complete:  # still a culprit after MAX_ROLLBACKS: keep the state before it
         model = resumed.load_good()
-    data = _serialize(model)
-    final = checker.check(data)
     model.save(os.fspath(output))
+    final = checker.check(os.fspath(output))
     return {"path": os.fspath(output), "rolled_back": rolled, "complete": complete,
             "ok": final.first_mismatch is None, "first_mismatch": final.first_mismatch,
             "max_abs_diff": final.max_abs_diff, "nodes": len(list(model.nodes(recursive=True)))}
@@ -327,7 +383,13 @@ def bisect(original, *, passes: Optional[Iterable[str]] = None, skip: Iterable[s
     options = options or PassOptions()
     skip = list(skip)
     start = prepare(original, exclude_nodes, prune_outputs, input_shapes, batch)
-    checker = PassChecker.starting(start, seed=seed, inputs=inputs, rtol=rtol, atol=atol, progress=progress)
+    with PassChecker.starting(start, seed=seed, inputs=inputs, rtol=rtol, atol=atol, progress=progress) as checker:
+        return _bisect(checker, start, started, passes=passes, skip=skip, options=options,
+                       max_iterations=max_iterations, rollback_output=rollback_output, progress=progress)
+
+
+def _bisect(checker: PassChecker, start: Start, started: float, *, passes, skip: list, options: PassOptions,
+            max_iterations: int, rollback_output, progress: Progress) -> dict:
     _, pipeline = run_passes(start.model, passes=passes, skip=skip, max_iterations=max_iterations, options=options,
                              progress=progress, after_pass=checker)
     result = {"kind": "bisect", "version": VERSION, "original": start.original.path or "<memory>",

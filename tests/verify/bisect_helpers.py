@@ -59,7 +59,7 @@ def broken_passes():
     unregister(BAD_RULE)
 
 
-def chain(adds: int, bad_add: int = -1, negs: int = 0, bad_tanh_at: int = -1, identities: int = 3):
+def chain(adds: int, bad_add: int = -1, negs: int = 0, bad_tanh_at: int = -1, identities: int = 3, batch=2):
     """x -> [Identity]* -> (Add c_i -> Tanh)* -> (Neg -> Tanh -> Sin)* -> y:
     every step changes the values, so any wrong rewrite shows in y."""
     rng = np.random.default_rng(1)
@@ -79,6 +79,6 @@ def chain(adds: int, bad_add: int = -1, negs: int = 0, bad_tanh_at: int = -1, id
         nodes.append(helper.make_node("Sin", [f"m{i}"], [f"u{i}"], name=f"sin{i}"))
         cur = f"u{i}"
     nodes.append(helper.make_node("Identity", [cur], ["y"], name="out"))
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], inits)
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

@@ -167,3 +167,14 @@ def test_render(broken_passes, tmp_path):
     console = Console(record=True, width=200)
     render_bisect(bisect(chain(adds=2)), console)
     assert "every pass keeps the outputs" in console.export_text()
+
+
+def test_fixed_batch_and_no_leftover_files(broken_passes, tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = bisect(chain(adds=4, bad_add=1, batch="N"), batch=3, rollback_output=tmp_path / "rb.onnx")
+    assert result["rewrite"]["consumed"] == ["bad"] and result["rollback"]["ok"]
+    rolled = onnx.load(tmp_path / "rb.onnx")
+    assert [d.dim_value for d in rolled.graph.input[0].type.tensor_type.shape.dim] == [3, 4]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rb.onnx"]  # the states' folder is gone
