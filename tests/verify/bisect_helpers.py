@@ -1,7 +1,8 @@
 """Passes broken on purpose, and models to catch them on, for the bisection tests."""
 
+import contextlib
+
 import numpy as np
-import pytest
 from onnx import TensorProto, helper
 
 from pyonnxopt.fusion import Op, Rule, Var
@@ -50,13 +51,17 @@ class HoistNeg(Rule):
         return None
 
 
-@pytest.fixture
-def broken_passes():
+@contextlib.contextmanager
+def broken_passes_registered():
+    """The two broken passes in the registry (so in the default pipeline,
+    after the built-in ones) for the duration of the block."""
     register(TurnAddsIntoSums())
     register(HoistNeg())
-    yield
-    unregister(BAD_PASS)
-    unregister(BAD_RULE)
+    try:
+        yield
+    finally:
+        unregister(BAD_PASS)
+        unregister(BAD_RULE)
 
 
 def chain(adds: int, bad_add: int = -1, negs: int = 0, bad_tanh_at: int = -1, identities: int = 3, batch=2):

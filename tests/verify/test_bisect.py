@@ -6,7 +6,7 @@ from collections import Counter
 
 import onnx
 import pytest
-from bisect_helpers import BAD_PASS, BAD_RULE, broken_passes, chain  # noqa: F401 (a fixture)
+from bisect_helpers import BAD_PASS, BAD_RULE, broken_passes_registered, chain
 
 import pyonnxopt
 from pyonnxopt import check
@@ -14,6 +14,11 @@ from pyonnxopt.errors import VerificationError
 from pyonnxopt.passes import Pass, PassOptions, PassResult, register, run_passes, unregister
 from pyonnxopt.verify.bisect import _Reference, bisect, describe, log2_bound, render_bisect
 
+
+@pytest.fixture
+def broken_passes():
+    with broken_passes_registered():
+        yield
 
 def test_names_the_pass_and_the_wrong_rewrite_and_rolls_it_back(broken_passes, tmp_path):
     model = chain(adds=8, bad_add=5)

@@ -4,11 +4,17 @@ import argparse
 import json
 
 import onnx
-from bisect_helpers import BAD_PASS, BAD_RULE, broken_passes, chain  # noqa: F401 (a fixture)
+import pytest
+from bisect_helpers import BAD_PASS, BAD_RULE, broken_passes_registered, chain
 
 from pyonnxopt.cli import main
 from pyonnxopt.verify.bisect import bisect_cli
 
+
+@pytest.fixture
+def broken_passes():
+    with broken_passes_registered():
+        yield
 
 def test_verify_each_pass_stops_at_the_bad_pass_and_writes_nothing(broken_passes, tmp_path, capsys):
     src, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
@@ -58,8 +64,6 @@ def test_bisect_cli_json_and_rollback(broken_passes, tmp_path, capsys):
 
 
 def test_bisect_cli_user_errors(tmp_path):
-    import pytest
-
     from pyonnxopt.errors import Error
 
     with pytest.raises(Error, match="no such file"):
