@@ -144,7 +144,7 @@ class _Workspace:
 
 def _discard(path: str) -> None:
     for p in (path, f"{path}.data"):
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # gone, or (Windows) still mapped: the folder goes at the end
             os.unlink(p)
 
 
@@ -395,7 +395,8 @@ def _bisect(checker: PassChecker, start: Start, started: float, *, passes, skip:
     result = {"kind": "bisect", "version": VERSION, "original": start.original.path or "<memory>",
               "ok": checker.failure is None, "pass": None, "iteration": None, "first_mismatch": None,
               "rewrite": None, "note": None, "rewrites": None, "passes_checked": checker.checks,
-              "iterations": pipeline.iterations, "seed": checker.reference.seed, "isolation_checks": 0, "rollback": None}
+              "iterations": pipeline.iterations, "seed": checker.reference.seed, "isolation_checks": 0,
+              "rollback": None}
     if checker.failure is not None:
         found = locate(checker, options, progress)
         result.update({k: found[k] for k in ("pass", "iteration", "first_mismatch", "rewrite", "note", "rewrites",
@@ -436,7 +437,8 @@ def render_bisect(result: dict, console) -> None:
         table.add_row("rewrite", f"[yellow]{result['note']}[/yellow]")
     rb = result.get("rollback")
     if rb is not None:
-        verdict = "[green]matches the original[/green]" if rb["ok"] else f"[red]still differs: {rb['first_mismatch']}[/red]"
+        verdict = ("[green]matches the original[/green]" if rb["ok"]
+                   else f"[red]still differs: {rb['first_mismatch']}[/red]")
         for i, r in enumerate(rb["rolled_back"]):
             label = "rolled back" if i == 0 else "and, found on the way"
             if r["what"] == "rewrite":

@@ -80,7 +80,8 @@ def chain(adds: int, bad_add: int = -1, negs: int = 0, bad_tanh_at: int = -1, id
         cur = f"t{i}"
     for i in range(negs):
         nodes.append(helper.make_node("Neg", [cur], [f"n{i}"], name=f"neg{i}"))
-        nodes.append(helper.make_node("Tanh", [f"n{i}"], [f"m{i}"], name="bad_tanh" if i == bad_tanh_at else f"tanh_n{i}"))
+        tanh = "bad_tanh" if i == bad_tanh_at else f"tanh_n{i}"
+        nodes.append(helper.make_node("Tanh", [f"n{i}"], [f"m{i}"], name=tanh))
         nodes.append(helper.make_node("Sin", [f"m{i}"], [f"u{i}"], name=f"sin{i}"))
         cur = f"u{i}"
     nodes.append(helper.make_node("Identity", [cur], ["y"], name="out"))
