@@ -7,7 +7,8 @@ import fnmatch
 import logging
 import os
 from collections import Counter
-from typing import Iterable, Optional
+from dataclasses import dataclass
+from typing import Iterable, Optional, Union
 
 from pyonnxopt import check, shapes
 from pyonnxopt.errors import Error, ModelError, VerificationError
@@ -50,6 +51,37 @@ def _prune(model: Model, patterns: Iterable[str]) -> None:
 TARGETS = ("onnx", "ort")
 
 
+@dataclass
+class Start:
+    """What the passes start from: the original (as given, and as a path or
+    bytes for onnxruntime), the copy the passes work on (pinned, pruned,
+    input shapes fixed), the graph outputs kept and the inputs fixed."""
+
+    original: Model
+    original_ref: Union[str, bytes]
+    model: Model
+    kept_outputs: list
+    fixed: list
+
+
+def prepare(source, exclude_nodes: Iterable[str] = (), prune_outputs: Iterable[str] = (),
+            input_shapes: Optional[dict] = None, batch: Optional[int] = None) -> Start:
+    """The model the passes start from, as `optimize` prepares it."""
+    if isinstance(source, Model):  # possibly edited in memory: its current state counts, not its file
+        original_ref = source.to_bytes()
+        original = source
+    else:
+        original = load(source)
+        original_ref = original.path or original.to_bytes()
+    # The passes work on their own copy: the caller's model stays as it was.
+    model = load(original_ref)
+    _pin(model, exclude_nodes)
+    _prune(model, prune_outputs)
+    kept_outputs = [v.name for v in model.graph.outputs]
+    fixed = shapes.fix_input_shapes(model, input_shapes or {}, batch) if input_shapes or batch is not None else []
+    return Start(original, original_ref, model, kept_outputs, fixed)
+
+
 def optimize(
     source,
     output: Optional[str] = None,
@@ -69,6 +101,7 @@ def optimize(
     batch: Optional[int] = None,
     check_inputs: Optional[dict] = None,
     target: str = "onnx",
+    verify_each_pass: bool = False,
     progress=None,
 ) -> tuple:
     """Optimizes a model (path, bytes, onnx.ModelProto or Model) and returns
@@ -79,26 +112,35 @@ def optimize(
     `prune_outputs` are graph-output names or globs (e.g. "aux_*") to drop,
     with the branches only they needed; the check compares the outputs kept.
     `target`: "onnx" emits standard ops only; "ort" lets fusions emit
-    onnxruntime's com.microsoft ops (FastGelu, SkipLayerNormalization, ...)."""
+    onnxruntime's com.microsoft ops (FastGelu, SkipLayerNormalization, ...).
+    `verify_each_pass` checks the model against the original after every pass
+    that changed it and stops at the first that changes an output, raising
+    VerificationError naming that pass and, where it can be isolated, the
+    rewrite (see pyonnxopt.verify.bisect)."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
-    if isinstance(source, Model):  # possibly edited in memory: its current state counts, not its file
-        original_ref = source.to_bytes()
-        original = source
-    else:
-        original = load(source)
-        original_ref = original.path or original.to_bytes()
+    start = prepare(source, exclude_nodes, prune_outputs, input_shapes, batch)
+    original, original_ref, model, kept_outputs, fixed = (start.original, start.original_ref, start.model,
+                                                         start.kept_outputs, start.fixed)
     before = _op_counts(original)
-    # The passes work on their own copy: the caller's model stays as it was.
-    model = load(original_ref)
-    _pin(model, exclude_nodes)
-    _prune(model, prune_outputs)
-    kept_outputs = [v.name for v in model.graph.outputs]
-    fixed = shapes.fix_input_shapes(model, input_shapes or {}, batch) if input_shapes or batch is not None else []
     options = PassOptions(fold_size_limit=fold_size_limit, allow_lossy=allow_lossy,
                           remove_training_residue=remove_training_residue, target=target)
-    model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations, options=options,
-                                 progress=progress)
+    checker = None
+    if verify_each_pass:
+        from pyonnxopt.verify.bisect import PassChecker
+
+        checker = PassChecker.starting(start, seed=seed, inputs=check_inputs, progress=progress)
+    try:
+        model, pipeline = run_passes(model, passes=passes, skip=skip, max_iterations=max_iterations,
+                                     options=options, progress=progress, after_pass=checker)
+        if checker is not None and checker.failure is not None:
+            from pyonnxopt.verify.bisect import describe, locate
+
+            found = locate(checker, options, progress)
+            raise VerificationError(f"{describe(found)}; nothing was written")
+    finally:
+        if checker is not None:
+            checker.close()
     report = {
         "version": REPORT_VERSION,
         "input": original.path or None,
@@ -116,6 +158,8 @@ def optimize(
                    for r in pipeline.runs],
         "check": None,
     }
+    if checker is not None:
+        report["verified_each_pass"] = checker.checks
     written = False
     if check_outputs:
         try:

@@ -34,6 +34,9 @@ def add_parser(sub):
                    help="say where the fusion RULE fired and where it almost did, and why not (repeatable; 'all' for every rule)")
     p.add_argument("--check-inputs", metavar="FILE.npz", help="inputs for the check (name -> array) instead of random ones")
     p.add_argument("--no-check", action="store_true", help="do not compare the result with the original in onnxruntime")
+    p.add_argument("--verify-each-pass", action="store_true",
+                   help="check after every pass that changes the model; at the first difference stop, name the pass "
+                        "and its rewrite, and write nothing (slower: one onnxruntime run per such pass)")
     p.add_argument("--force", action="store_true", help="write the result even when the check finds a difference")
     p.add_argument("--seed", type=int, default=0, help="seed of the check's random inputs (default 0)")
     p.add_argument("--report", metavar="FILE.json", help="write the report (versioned JSON) there")
@@ -82,12 +85,15 @@ def run(args) -> int:
             raise Error(f"--passes/--skip: {e.args[0]}") from None
     if not os.path.exists(args.input):
         raise Error(f"{args.input}: no such file")
+    if args.verify_each_pass and args.no_check:
+        raise Error("--verify-each-pass checks the result; it cannot go with --no-check")
     input_shapes = dict(parse_input_shape(spec) for spec in args.input_shape)
     options = dict(passes=names, skip=args.skip, check_outputs=not args.no_check, force=args.force, seed=args.seed,
                    exclude_nodes=args.exclude_node, prune_outputs=args.prune_outputs,
                    fold_size_limit=parse_size(args.fold_size_limit, "--fold-size-limit"), allow_lossy=args.allow_lossy,
                    remove_training_residue=args.remove_training_residue, input_shapes=input_shapes, batch=args.batch,
-                   check_inputs=load_inputs(args.check_inputs) if args.check_inputs else None, target=args.target)
+                   check_inputs=load_inputs(args.check_inputs) if args.check_inputs else None, target=args.target,
+                   verify_each_pass=args.verify_each_pass)
     explain = _explained_rules(args.explain)
     with console(stderr=True).status("optimizing") as status:
         def progress(name, iteration):
@@ -181,3 +187,5 @@ def render(report: dict) -> None:
         inputs = f"seed {check['seed']}" if check["seed"] is not None else "given inputs"
         out.print(f"checked in onnxruntime: {check['outputs']} outputs match (max abs diff {check['max_abs_diff']:.1e}, "
                   f"{inputs})")
+    if "verified_each_pass" in report:
+        out.print(f"also checked after each of the {report['verified_each_pass']} pass runs that changed the model")

@@ -30,6 +30,7 @@ class PipelineReport:
     runs: list = field(default_factory=list)
     iterations: int = 0
     converged: bool = False
+    stopped: bool = False  # `after_pass` asked to stop
 
 
 def run_passes(
@@ -39,10 +40,13 @@ def run_passes(
     max_iterations: int = 10,
     options: Optional[PassOptions] = None,
     progress: Optional[Callable[[str, int], None]] = None,
+    after_pass: Optional[Callable[[Model, PassRun], Optional[bool]]] = None,
 ) -> tuple:
     """Runs `passes` (default: every registered pass) minus `skip` on `model`
     (a Model, path, bytes or onnx.ModelProto) to a fixed point. Returns the
-    Model and a PipelineReport. Unknown names raise KeyError before anything runs."""
+    Model and a PipelineReport. Unknown names raise KeyError before anything runs.
+    `after_pass(model, run)` is called after each pass; returning False stops
+    the pipeline there (the report says `stopped`), e.g. to check each pass."""
     model = load(model) if not isinstance(model, Model) else model
     options = options or PassOptions()
     names = [p.name for p in registry.all_passes()] if passes is None else list(passes)
@@ -66,10 +70,14 @@ def run_passes(
             seconds = time.perf_counter() - start
             for key, empty in (("nodes_removed", 0), ("nodes_added", 0), ("refused", []), ("rewrites", [])):
                 result.stats.setdefault(key, empty)  # every pass's record has these
-            report.runs.append(PassRun(p.name, iteration, seconds, result.modified, result.stats))
+            run = PassRun(p.name, iteration, seconds, result.modified, result.stats)
+            report.runs.append(run)
             log.debug("%s (iteration %d): %s in %.3f s", p.name, iteration, result.stats, seconds)
             done.append(p.name)
             changed = changed or result.modified
+            if after_pass is not None and after_pass(model, run) is False:
+                report.stopped = True
+                return model, report
         if not changed:
             report.converged = True
             break

@@ -1,0 +1,506 @@
+"""Per-pass bisection: which pass, and which of its rewrites, changed the outputs.
+
+1. The pipeline runs from the original as `optimize` runs it; after every
+   pass that changed the model, the model (serialized in memory) is checked
+   against the original in onnxruntime. The first pass whose result differs
+   is the culprit; the model from before it (kept in a temporary file) is
+   the last good state.
+2. That pass is run again, alone, on the last good state with the nodes some
+   of its rewrites consumed pinned, which holds those rewrites back. A binary
+   search over its n rewrites (apply the first k, hold back the rest) finds
+   the first rewrite whose addition changes the outputs: at most
+   1 + ceil(log2 n) re-runs and checks.
+3. Rollback: from the last good state, with that rewrite's nodes pinned (or,
+   when no single rewrite could be isolated, without the pass), the whole
+   pipeline runs on to a fixed point; the result is checked and saved.
+
+The original's session, inputs and outputs are made once: each check costs
+one onnxruntime session and one run of the candidate, not two; candidates
+go to onnxruntime as files (faster than bytes, and past 2 GB too).
+
+Where a rewrite cannot be isolated the result names the pass only and says
+why: the pass lists no rewrites (or none naming a node it consumed), its
+unlisted changes already differ, or pinning some nodes changes which of
+its other rewrites happen. A pass that leaves the outputs right but writes
+something a later pass trusts (a wrong shape, say) is not caught at its own
+step: the later pass is named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+from pyonnxopt import check
+from pyonnxopt.check import CheckResult, CheckUnavailable
+from pyonnxopt.errors import Error, MissingDependency, first_line
+from pyonnxopt.fusion.rule import node_id
+from pyonnxopt.model import Model, load
+from pyonnxopt.optimize import Start, prepare
+from pyonnxopt.passes import PassOptions, run_passes
+
+Progress = Optional[Callable[[str, int], None]]
+VERSION = 1
+
+
+class _Reference:
+    """The original run once on the check's inputs; `compare` then runs only
+    the candidate. Same inputs, tolerances and verdicts as `check.compare`."""
+
+    def __init__(self, original_ref, start_model: Optional[str], *, seed: int, inputs: Optional[dict],
+                 outputs: list, rtol: float, atol: float):
+        try:
+            self._session = check.session(original_ref)
+        except MissingDependency:
+            raise
+        except Exception as e:
+            raise CheckUnavailable(f"onnxruntime cannot run the original: {first_line(e)}") from e
+        self._names = {o.name for o in self._session.get_outputs()}
+        # Inputs fixed during optimization: the original runs on the fixed shapes.
+        shaped_by = check.session(start_model) if start_model is not None else self._session
+        self.feeds = check.random_inputs(shaped_by, seed)
+        for name, value in (inputs or {}).items():
+            if name not in self.feeds:
+                raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(self.feeds)})")
+            import numpy as np
+
+            self.feeds[name] = np.asarray(value)
+        self.required, self.rtol, self.atol = list(outputs), rtol, atol
+        self.where = f"seed {seed}" if not inputs else "given inputs"
+        self.seed = None if inputs else seed
+        self._want: dict = {}
+        self._steady = False  # whether the original was seen to give the same outputs twice
+        self._expect(self.required)
+
+    def _run_original(self, names: list) -> list:
+        try:
+            return self._session.run(names, self.feeds)
+        except Exception as e:
+            raise CheckUnavailable(f"onnxruntime cannot run the original on the check's inputs (give them with "
+                                   f"--check-inputs): {first_line(e)}") from e
+
+    def _expect(self, names: list) -> list:
+        missing = [n for n in names if n not in self._want]
+        if missing:
+            self._want.update(zip(missing, self._run_original(missing)))
+        return [self._want[n] for n in names]
+
+    def compare(self, candidate) -> CheckResult:
+        """`candidate`: a model file (or serialized bytes)."""
+        try:
+            b = check.session(candidate)
+        except MissingDependency:
+            raise
+        except Exception as e:
+            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the model: {first_line(e)})")
+        names = [o.name for o in b.get_outputs()]
+        for name in self.required:
+            if name not in names:
+                return CheckResult(len(names), float("inf"), f"{name}: missing from the optimized model")
+        for name in names:
+            if name not in self._names:
+                return CheckResult(len(names), float("inf"), f"{name}: not an output of the original")
+        want = self._expect(names)
+        inputs = {i.name for i in b.get_inputs()}
+        try:
+            got = b.run(names, {k: v for k, v in self.feeds.items() if k in inputs})
+        except Exception as e:
+            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the model: {first_line(e)})")
+        result = check._compare_outputs(names, want, got, self.rtol, self.atol, self.where)
+        if result.first_mismatch and not self._steady:
+            again = self._run_original(names)
+            if check._compare_outputs(names, want, again, self.rtol, self.atol, "").first_mismatch:
+                raise CheckUnavailable("the original's outputs change from run to run (random ops or training-mode "
+                                       "Dropout): there is nothing to compare with")
+            self._steady = True
+        return result
+
+
+class _Workspace:
+    """A temporary folder for model states: writing a state to a file and
+    letting onnxruntime read it is faster than serializing to bytes, keeps no
+    copy in memory, and knows no 2 GB limit (past it, external data)."""
+
+    def __init__(self):
+        self.folder = tempfile.mkdtemp(prefix="pyonnxopt-bisect-")
+        self._count = itertools.count()
+
+    def save(self, model: Model) -> str:
+        path = os.path.join(self.folder, f"state{next(self._count)}.onnx")
+        model.save(path)
+        return path
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _discard(path: str) -> None:
+    for p in (path, f"{path}.data"):
+        with contextlib.suppress(OSError):  # gone, or (Windows) still mapped: the folder goes at the end
+            os.unlink(p)
+
+
+def _nodes_by_id(model: Model) -> dict:
+    index: dict = {}
+    for n in model.nodes(recursive=True):
+        index.setdefault(node_id(n), []).append(n)
+    return index
+
+
+def _key(rewrite: dict) -> tuple:
+    return rewrite.get("what", ""), tuple(rewrite.get("consumed", ()))
+
+
+@dataclass
+class Failure:
+    """The first pass whose result differs from the original."""
+
+    pass_name: str
+    iteration: int
+    first_mismatch: str
+    good: str  # the file of the model just before that pass
+    rewrites: list  # what the pass reported doing
+
+
+class PassChecker:
+    """`run_passes`'s `after_pass`: checks the model after each pass that
+    changed it, keeps the last good state (a file in its workspace), and
+    stops the pipeline at the first difference (recorded in `failure`).
+    `checks`: how many it made. Use it as a context manager (or `close` it):
+    the checker made by `starting` owns the workspace."""
+
+    def __init__(self, reference: _Reference, workspace: _Workspace, good: str, pinned: Iterable[str] = (),
+                 progress: Progress = None, owner: bool = False):
+        self.reference, self.workspace, self.good, self.pinned = reference, workspace, good, set(pinned)
+        self.progress, self._owner, self._own_good = progress, owner, owner
+        self.checks = 0
+        self.failure: Optional[Failure] = None
+
+    @classmethod
+    def starting(cls, start: Start, *, seed: int = 0, inputs: Optional[dict] = None, rtol: float = 1e-4,
+                 atol: float = 1e-5, progress: Progress = None) -> "PassChecker":
+        """A checker for the pipeline run from `start` (see optimize.prepare)."""
+        workspace = _Workspace()
+        try:
+            good = workspace.save(start.model)
+            reference = _Reference(start.original_ref, good if start.fixed else None, seed=seed, inputs=inputs,
+                                   outputs=start.kept_outputs, rtol=rtol, atol=atol)
+        except BaseException:
+            workspace.close()
+            raise
+        # Pins (--exclude-node) are not saved: reapplied by node id.
+        pinned = {node_id(n) for n in start.model.nodes(recursive=True) if n.pinned}
+        return cls(reference, workspace, good, pinned, progress, owner=True)
+
+    def resumed(self, pins: Iterable[str] = ()) -> "PassChecker":
+        """A checker that goes on from the state before the failing pass, with `pins` added."""
+        return PassChecker(self.reference, self.workspace, self.failure.good, self.pinned | set(pins), self.progress)
+
+    def close(self) -> None:
+        if self._owner:
+            self.workspace.close()
+
+    def __enter__(self) -> "PassChecker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def check(self, model_file: str) -> CheckResult:
+        self.checks += 1
+        return self.reference.compare(model_file)
+
+    def check_model(self, model: Model) -> CheckResult:
+        """Checks a model held in memory (through a file, removed after)."""
+        path = self.workspace.save(model)
+        try:
+            return self.check(path)
+        finally:
+            _discard(path)
+
+    def __call__(self, model: Model, run) -> bool:
+        if not run.modified:
+            return True
+        if self.progress:
+            self.progress(f"checking after {run.name}", run.iteration)
+        path = self.workspace.save(model)
+        result = self.check(path)
+        if result.first_mismatch:
+            _discard(path)
+            self.failure = Failure(run.name, run.iteration, result.first_mismatch, self.good,
+                                   list(run.stats.get("rewrites", [])))
+            return False
+        if self._own_good:
+            _discard(self.good)
+        self.good, self._own_good = path, True
+        return True
+
+    def load_good(self, pins: Iterable[str] = ()) -> Model:
+        """The last good state (before the failing pass, when one failed), with
+        the pins this checker keeps and `pins` (node ids)."""
+        model = load(self.failure.good if self.failure else self.good)
+        wanted = self.pinned | set(pins)
+        for nid, nodes in _nodes_by_id(model).items():
+            if nid in wanted:
+                for n in nodes:
+                    n.pinned = True
+        return model
+
+
+class _NotIsolated(Exception):
+    pass
+
+
+def locate(checker: PassChecker, options: PassOptions, progress: Progress = None) -> dict:
+    """The rewrite of the failing pass that changes the outputs (see the
+    module docstring); "rewrite" is None, with a "note" saying why, where no
+    single rewrite can be blamed."""
+    f = checker.failure
+    before = checker.checks
+    found = {"pass": f.pass_name, "iteration": f.iteration, "first_mismatch": f.first_mismatch,
+             "rewrites": len(f.rewrites), "rewrite": None, "hold_back": [], "note": None, "isolation_checks": 0}
+    index = _nodes_by_id(load(f.good))
+    movable, fixed = [], []  # rewrites pinning can hold back, and the rest
+    for r in f.rewrites:
+        ids = [c for c in r.get("consumed", []) if c in index and c not in checker.pinned]
+        (movable.append((r, ids)) if ids else fixed.append(r))
+
+    def probe(k: int) -> bool:
+        """Whether the pass, applying only the first k movable rewrites (and the fixed ones), keeps the outputs."""
+        if progress:
+            progress(f"isolating the rewrite of {f.pass_name}: {k} of {len(movable)} applied", f.iteration)
+        model = checker.load_good(c for _, ids in movable[k:] for c in ids)
+        model, report = run_passes(model, passes=[f.pass_name], max_iterations=1, options=options)
+        run = report.runs[0]
+        happened = Counter(_key(r) for r in run.stats.get("rewrites", []))
+        expected = Counter(_key(r) for r in [*(r for r, _ in movable[:k]), *fixed])
+        if happened != expected:
+            raise _NotIsolated(f"holding back {len(movable) - k} of its rewrites changes which others it makes "
+                               f"({sum(happened.values())} made, {sum(expected.values())} expected)")
+        if not run.modified:  # nothing changed: the last good state, known good
+            return True
+        return checker.check_model(model).first_mismatch is None
+
+    try:
+        if not f.rewrites:
+            raise _NotIsolated("the pass lists no rewrites")
+        if not movable:
+            raise _NotIsolated("none of its rewrites names a node it consumed, so none can be held back")
+        if not probe(0):
+            raise _NotIsolated("its outputs differ even with every rewrite held back (by changes it does not "
+                               "list as rewrites, or by rewrites that name no consumed node)")
+        good, bad = 0, len(movable)  # applying all is what failed in the pipeline
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if probe(mid):
+                good = mid
+            else:
+                bad = mid
+        culprit, ids = movable[bad - 1]
+        found["rewrite"] = {k: list(culprit.get(k, [])) if k != "what" else culprit.get("what", "")
+                            for k in ("what", "consumed", "produced")}
+        found["hold_back"] = ids
+    except _NotIsolated as e:
+        found["note"] = f"no single rewrite isolated: {e}"
+    found["isolation_checks"] = checker.checks - before
+    return found
+
+
+MAX_ROLLBACKS = 8  # culprits rolled back on the way to a model that matches, at most
+
+
+def roll_back(checker: PassChecker, found: dict, output, *, passes=None, skip: Iterable[str] = (),
+              options: PassOptions = PassOptions(), max_iterations: int = 10, progress: Progress = None) -> dict:
+    """From the last good state the pipeline runs on to a fixed point with
+    the culprit rewrite held back (its consumed nodes pinned) or, when none
+    was isolated, without the culprit pass. It is checked after each pass as
+    before: a further culprit met on the way is located and held back the
+    same way (named in "rolled_back"), up to MAX_ROLLBACKS (past that, the
+    state before the last culprit is kept and "complete" is False). The
+    result is checked once more and saved (atomically) to `output`."""
+    pins, skipped, rolled = set(), list(skip), []
+    current = checker
+    while True:
+        if found["rewrite"] is not None and not set(found["hold_back"]) <= pins | current.pinned:
+            pins |= set(found["hold_back"])
+            what = "rewrite"
+        else:  # nothing to pin (or pinning it did not keep it away): the whole pass
+            skipped.append(found["pass"])
+            what = "pass"
+        rolled.append({"what": what, **{k: found[k] for k in ("pass", "iteration", "first_mismatch", "rewrite",
+                                                               "note")}})
+        # The state before the culprit, checked from there on.
+        resumed = current.resumed(pins)
+        model = resumed.load_good()
+        model, _ = run_passes(model, passes=passes, skip=skipped, max_iterations=max_iterations, options=options,
+                              progress=progress, after_pass=resumed)
+        checker.checks += resumed.checks
+        if resumed.failure is None or len(rolled) == MAX_ROLLBACKS:
+            break
+        current = resumed
+        found = locate(resumed, options, progress)
+        checker.checks += found["isolation_checks"]
+    complete = resumed.failure is None
+    if not complete:  # still a culprit after MAX_ROLLBACKS: keep the state before it
+        model = resumed.load_good()
+    model.save(os.fspath(output))
+    final = checker.check(os.fspath(output))
+    return {"path": os.fspath(output), "rolled_back": rolled, "complete": complete,
+            "ok": final.first_mismatch is None, "first_mismatch": final.first_mismatch,
+            "max_abs_diff": final.max_abs_diff, "nodes": len(list(model.nodes(recursive=True)))}
+
+
+def describe(found: dict) -> str:
+    """One line naming the pass and the rewrite (or why no rewrite)."""
+    head = (f"pass {found['pass']} (iteration {found['iteration']}) changed the outputs "
+            f"({found['first_mismatch']})")
+    r = found.get("rewrite")
+    if r is None:
+        return f"{head}; {found['note']}"
+    made = f" into {', '.join(r['produced'])}" if r["produced"] else ""
+    return f"{head}: its rewrite {r['what']!r} of {', '.join(r['consumed'])}{made}"
+
+
+def bisect(original, *, passes: Optional[Iterable[str]] = None, skip: Iterable[str] = (),
+           options: Optional[PassOptions] = None, max_iterations: int = 10, exclude_nodes: Iterable[str] = (),
+           prune_outputs: Iterable[str] = (), input_shapes: Optional[dict] = None, batch: Optional[int] = None,
+           seed: int = 0, inputs: Optional[dict] = None, rtol: float = 1e-4, atol: float = 1e-5,
+           rollback_output=None, progress: Progress = None) -> dict:
+    """Runs the pipeline from `original` (path, bytes, ModelProto or Model)
+    as `optimize` would, checking after each pass; see the module docstring.
+    Returns {"kind": "bisect", "ok", "pass", "iteration", "first_mismatch",
+    "rewrite": {"what", "consumed", "produced"} | None, "note", "rewrites",
+    "checks", "isolation_checks", "rollback": {...} | None, "seconds", ...}."""
+    started = time.perf_counter()
+    options = options or PassOptions()
+    skip = list(skip)
+    start = prepare(original, exclude_nodes, prune_outputs, input_shapes, batch)
+    with PassChecker.starting(start, seed=seed, inputs=inputs, rtol=rtol, atol=atol, progress=progress) as checker:
+        return _bisect(checker, start, started, passes=passes, skip=skip, options=options,
+                       max_iterations=max_iterations, rollback_output=rollback_output, progress=progress)
+
+
+def _bisect(checker: PassChecker, start: Start, started: float, *, passes, skip: list, options: PassOptions,
+            max_iterations: int, rollback_output, progress: Progress) -> dict:
+    _, pipeline = run_passes(start.model, passes=passes, skip=skip, max_iterations=max_iterations, options=options,
+                             progress=progress, after_pass=checker)
+    result = {"kind": "bisect", "version": VERSION, "original": start.original.path or "<memory>",
+              "ok": checker.failure is None, "pass": None, "iteration": None, "first_mismatch": None,
+              "rewrite": None, "note": None, "rewrites": None, "passes_checked": checker.checks,
+              "iterations": pipeline.iterations, "seed": checker.reference.seed, "isolation_checks": 0,
+              "rollback": None}
+    if checker.failure is not None:
+        found = locate(checker, options, progress)
+        result.update({k: found[k] for k in ("pass", "iteration", "first_mismatch", "rewrite", "note", "rewrites",
+                                             "isolation_checks")})
+        if rollback_output is not None:
+            result["rollback"] = roll_back(checker, found, rollback_output, passes=passes, skip=skip,
+                                           options=options, max_iterations=max_iterations, progress=progress)
+    result["checks"] = checker.checks
+    result["seconds"] = time.perf_counter() - started
+    return result
+
+
+def log2_bound(rewrites: int) -> int:
+    """The most isolation checks `locate` makes for a pass with this many rewrites."""
+    return 1 + math.ceil(math.log2(max(rewrites, 1)))
+
+
+def render_bisect(result: dict, console) -> None:
+    """The result for people (rich)."""
+    from rich.table import Table
+
+    seconds = f"{result['checks']} checks, {result['seconds']:.1f} s"
+    if result["ok"]:
+        console.print(f"[green]every pass keeps the outputs[/green]: checked after the {result['passes_checked']} "
+                      f"pass runs that changed the model ({seconds})")
+        return
+    table = Table(title=f"first pass that changes the outputs ({seconds})", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("pass", f"[red]{result['pass']}[/red] (iteration {result['iteration']})")
+    table.add_row("first mismatch", result["first_mismatch"])
+    r = result["rewrite"]
+    if r is not None:
+        table.add_row("rewrite", f"{r['what']} ({result['isolation_checks']} checks among {result['rewrites']})")
+        table.add_row("consumed", ", ".join(r["consumed"]))
+        table.add_row("produced", ", ".join(r["produced"]) or "-")
+    else:
+        table.add_row("rewrite", f"[yellow]{result['note']}[/yellow]")
+    rb = result.get("rollback")
+    if rb is not None:
+        verdict = ("[green]matches the original[/green]" if rb["ok"]
+                   else f"[red]still differs: {rb['first_mismatch']}[/red]")
+        for i, r in enumerate(rb["rolled_back"]):
+            label = "rolled back" if i == 0 else "and, found on the way"
+            if r["what"] == "rewrite":
+                table.add_row(label, f"{r['rewrite']['what']} of {', '.join(r['rewrite']['consumed'])} "
+                                     f"({r['pass']})")
+            else:
+                table.add_row(label, f"the whole pass {r['pass']}")
+        table.add_row("written", f"{rb['path']} ({rb['nodes']} nodes), {verdict}")
+    console.print(table)
+
+
+def bisect_cli(args) -> int:
+    """`verify ORIGINAL OPTIMIZED --bisect`: reads args.original and, where
+    the parser has them, args.passes (comma-separated), args.skip (list),
+    args.target, args.seed, args.inputs / args.check_inputs (.npz, or what
+    pyonnxopt.verify.inputs.load_samples reads: the first sample is used),
+    args.rollback_output and args.json. Returns 0 when every pass keeps the
+    outputs, 1 when one does not."""
+    import json
+
+    from pyonnxopt.cli.render import console
+    from pyonnxopt.passes import get
+
+    names = [n.strip() for n in args.passes.split(",") if n.strip()] if getattr(args, "passes", None) else None
+    skip = list(getattr(args, "skip", None) or [])
+    for name in [*(names or []), *skip]:
+        try:
+            get(name)
+        except KeyError as e:
+            raise Error(f"--passes/--skip: {e.args[0]}") from None
+    original = args.original
+    if not os.path.exists(original):
+        raise Error(f"{original}: no such file")
+    options = PassOptions(target=getattr(args, "target", None) or "onnx")
+    inputs = _first_sample(getattr(args, "inputs", None) or getattr(args, "check_inputs", None))
+    with console(stderr=True).status("bisecting") as status:
+        def progress(what, iteration):
+            status.update(f"bisecting: {what} (iteration {iteration})")
+
+        result = bisect(original, passes=names, skip=skip, options=options, seed=getattr(args, "seed", 0) or 0,
+                        inputs=inputs, rollback_output=getattr(args, "rollback_output", None), progress=progress)
+    if getattr(args, "json", False):
+        print(json.dumps(result, indent=2))
+    else:
+        render_bisect(result, console())
+        if result["ok"]:
+            console().print("the pipeline re-run from the original with these flags keeps the outputs; if the "
+                            "optimized model differs, it was made with other flags (give the same --passes/--skip/"
+                            "--target)")
+    return 0 if result["ok"] else 1
+
+
+def _first_sample(path) -> Optional[dict]:
+    if not path:
+        return None
+    if str(path).endswith(".npz") and os.path.isfile(path):
+        from pyonnxopt.cli.optimize import load_inputs
+
+        return load_inputs(path)
+    from pyonnxopt.verify.inputs import load_samples
+
+    samples = load_samples(path)
+    if not samples:
+        raise Error(f"{path}: holds no input sample")
+    return samples[0]
