@@ -47,6 +47,9 @@ def add_parser(sub):
                         "pass and rewrite that changed the outputs")
     p.add_argument("--rollback-output", metavar="FILE",
                    help="with --bisect: write the optimized model with that one rewrite rolled back")
+    p.add_argument("--passes", help="with --bisect: the passes optimize ran (comma-separated; default: all)")
+    p.add_argument("--skip", action="append", default=[], metavar="PASS", help="with --bisect: a pass optimize skipped")
+    p.add_argument("--target", choices=["onnx", "ort"], default="onnx", help="with --bisect: optimize's --target")
     p.set_defaults(run=run)
 
 
@@ -99,6 +102,7 @@ def run(args) -> int:
     from pyonnxopt.errors import Error
     from pyonnxopt.report.pages import verify_page
     from pyonnxopt.verify import verify
+    from pyonnxopt.verify.bisect import bisect_cli, render_bisect
 
     if args.samples < 1:
         raise Error(f"--samples {args.samples}: must be at least 1")
@@ -112,6 +116,8 @@ def run(args) -> int:
                    group_size=args.group_size, byte_budget=parse_size(args.memory_budget, "--memory-budget"))
     with console(stderr=True).status("verifying") as status:
         result = verify(args.original, args.optimized, progress=lambda m: status.update(f"verifying: {m}"), **options)
+    if args.bisect and not result["ok"]:
+        result["bisect"] = bisect_cli(args)
     if args.report:
         write_atomic(args.report, to_json(result))
     if args.html:
@@ -120,12 +126,11 @@ def run(args) -> int:
         print(to_json(result), end="")
     else:
         render(result)
-    if args.bisect and not result["ok"]:
-        try:
-            from pyonnxopt.verify.bisect import bisect_cli  # the per-pass bisection (its own module)
-        except ImportError:
-            raise Error("--bisect needs pyonnxopt.verify.bisect") from None
-        bisect_cli(args, result)
+        if result.get("bisect"):
+            render_bisect(result["bisect"], console())
+            if result["bisect"]["ok"]:
+                console().print("the pipeline re-run from the original with these flags keeps the outputs; the "
+                                "optimized model was made with other flags (give the same --passes/--skip/--target)")
     return 0 if result["ok"] else MISMATCH
 
 

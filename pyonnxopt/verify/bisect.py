@@ -450,15 +450,12 @@ def render_bisect(result: dict, console) -> None:
     console.print(table)
 
 
-def bisect_cli(args) -> int:
+def bisect_cli(args) -> dict:
     """`verify ORIGINAL OPTIMIZED --bisect`: reads args.original and, where
     the parser has them, args.passes (comma-separated), args.skip (list),
     args.target, args.seed, args.inputs / args.check_inputs (.npz, or what
-    pyonnxopt.verify.inputs.load_samples reads: the first sample is used),
-    args.rollback_output and args.json. Returns 0 when every pass keeps the
-    outputs, 1 when one does not."""
-    import json
-
+    pyonnxopt.verify.inputs.load_samples reads: the first sample is used)
+    and args.rollback_output. Returns the bisection's result."""
     from pyonnxopt.cli.render import console
     from pyonnxopt.passes import get
 
@@ -478,17 +475,8 @@ def bisect_cli(args) -> int:
         def progress(what, iteration):
             status.update(f"bisecting: {what} (iteration {iteration})")
 
-        result = bisect(original, passes=names, skip=skip, options=options, seed=getattr(args, "seed", 0) or 0,
-                        inputs=inputs, rollback_output=getattr(args, "rollback_output", None), progress=progress)
-    if getattr(args, "json", False):
-        print(json.dumps(result, indent=2))
-    else:
-        render_bisect(result, console())
-        if result["ok"]:
-            console().print("the pipeline re-run from the original with these flags keeps the outputs; if the "
-                            "optimized model differs, it was made with other flags (give the same --passes/--skip/"
-                            "--target)")
-    return 0 if result["ok"] else 1
+        return bisect(original, passes=names, skip=skip, options=options, seed=getattr(args, "seed", 0) or 0,
+                      inputs=inputs, rollback_output=getattr(args, "rollback_output", None), progress=progress)
 
 
 def _first_sample(path) -> Optional[dict]:

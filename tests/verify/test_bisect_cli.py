@@ -47,20 +47,24 @@ def test_verify_each_pass_with_no_check_is_a_user_error(tmp_path, capsys):
 
 def _args(**kw):
     base = dict(original=None, optimized=None, passes=None, skip=[], target="onnx", seed=0, inputs=None,
-                rollback_output=None, json=True)
+                rollback_output=None)
     return argparse.Namespace(**{**base, **kw})
 
 
-def test_bisect_cli_json_and_rollback(broken_passes, tmp_path, capsys):
-    src, rb = tmp_path / "in.onnx", tmp_path / "rb.onnx"
+def test_verify_bisect_names_the_pass_and_writes_the_rollback(broken_passes, tmp_path, capsys):
+    src, opt, rb = tmp_path / "in.onnx", tmp_path / "opt.onnx", tmp_path / "rb.onnx"
     onnx.save(chain(adds=2, negs=4, bad_tanh_at=3), src)
-    assert bisect_cli(_args(original=str(src), rollback_output=str(rb))) == 1
+    assert main(["optimize", str(src), str(opt), "--force"]) == 0  # the broken rule's model, written anyway
+    capsys.readouterr()
+    assert main(["verify", str(src), str(opt), "--bisect", "--rollback-output", str(rb), "--json"]) == 1
     result = json.loads(capsys.readouterr().out)
-    assert result["kind"] == "bisect" and result["pass"] == BAD_RULE
-    assert "bad_tanh" in result["rewrite"]["consumed"] and result["rollback"]["ok"] and rb.exists()
-    # Skipping the broken rule: every pass keeps the outputs, exit 0, table output.
-    assert bisect_cli(_args(original=str(src), skip=[BAD_RULE], json=False)) == 0
-    assert "every pass keeps the outputs" in capsys.readouterr().out
+    assert not result["ok"] and result["bisect"]["kind"] == "bisect" and result["bisect"]["pass"] == BAD_RULE
+    assert "bad_tanh" in result["bisect"]["rewrite"]["consumed"] and result["bisect"]["rollback"]["ok"]
+    assert main(["verify", str(src), str(rb)]) == 0
+    # Re-run without the broken rule: every pass keeps the outputs, and the table says the flags differ.
+    assert main(["verify", str(src), str(opt), "--bisect", "--skip", BAD_RULE]) == 1
+    out = capsys.readouterr().out
+    assert "every pass keeps the outputs" in out and "other flags" in out
 
 
 def test_bisect_cli_user_errors(tmp_path):
