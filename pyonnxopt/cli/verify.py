@@ -30,6 +30,8 @@ def add_parser(sub):
     p.add_argument("--batch-size", action="append", default=[], metavar="N",
                    help="batch size for a dynamic first dim (repeatable or comma list, e.g. 1,8: each is verified)")
     p.add_argument("--vocab-size", type=int, metavar="V", help="token-id inputs stay below V")
+    p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=N",
+                   help="size of a named dynamic dim in random inputs, e.g. seq=128 (repeatable; others are 1)")
     p.add_argument("--atol", type=float, help="absolute tolerance for every float dtype")
     p.add_argument("--rtol", type=float, help="relative tolerance for every float dtype")
     p.add_argument("--tolerance", action="append", default=[], metavar="DTYPE:atol=A,rtol=R",
@@ -65,6 +67,19 @@ def parse_batch_sizes(values: list) -> list:
                 raise Error(f"--batch-size {text!r}: expected positive integers, e.g. 1 or 1,8")
             sizes.append(int(part))
     return sizes or [None]
+
+
+def parse_dims(values: list) -> dict:
+    """["seq=128", "past=0"] -> {"seq": 128, "past": 0}."""
+    from pyonnxopt.errors import Error
+
+    dims = {}
+    for text in values:
+        m = re.fullmatch(r"\s*([^=\s]+)\s*=\s*(\d+)\s*", text)
+        if not m:
+            raise Error(f"--dim {text!r}: expected SYMBOL=N, e.g. seq=128")
+        dims[m.group(1)] = int(m.group(2))
+    return dims
 
 
 def parse_tolerances(atol, rtol, specs: list) -> dict:
@@ -112,6 +127,7 @@ def run(args) -> int:
         raise Error("--rollback-output needs --bisect")
     options = dict(inputs=args.inputs, seed=args.seed, samples=args.samples,
                    batch_sizes=parse_batch_sizes(args.batch_size), vocab_size=args.vocab_size,
+                   dims=parse_dims(args.dim),
                    tolerances=parse_tolerances(args.atol, args.rtol, args.tolerance), layers=not args.no_layers,
                    group_size=args.group_size, byte_budget=parse_size(args.memory_budget, "--memory-budget"))
     with console(stderr=True).status("verifying") as status:

@@ -36,14 +36,15 @@ class OnnxRuntimeFailure(Error):
 
 
 def verify(original, optimized, *, inputs=None, seed: int = 0, samples: int = 1, batch_sizes=(None,),
-           vocab_size: Optional[int] = None, tolerances: Optional[dict] = None, layers: bool = True,
+           vocab_size: Optional[int] = None, dims: Optional[dict] = None, tolerances: Optional[dict] = None, layers: bool = True,
            group_size: Optional[int] = None, byte_budget: int = DEFAULT_BYTE_BUDGET,
            progress: Optional[Callable[[str], None]] = None) -> dict:
     """Compares `optimized` with `original` (paths, bytes or onnx.ModelProto)
     in onnxruntime and returns the verify JSON (see the module docstring and
     docs). `inputs`: a path (see pyonnxopt.verify.inputs.load_samples), or a
     feed dict or list of them; else `samples` seeded random samples per batch
-    size in `batch_sizes` (None: dynamic dims as the inputs module picks).
+    size in `batch_sizes` (None: dynamic dims as the inputs module picks),
+    with named dynamic dims from `dims` ({"seq": 128}).
     `tolerances` overrides DEFAULT_TOLERANCES per dtype name (an entry may
     give only atol or rtol). `group_size` caps how many tensors one run
     returns; `byte_budget` caps their bytes."""
@@ -55,7 +56,7 @@ def verify(original, optimized, *, inputs=None, seed: int = 0, samples: int = 1,
         raise Error(f"group_size must be at least 1, not {group_size}")
     table = resolve_tolerances(tolerances)
     a, b = im.open_model(original, "original"), im.open_model(optimized, "optimized")
-    feeds, source = _samples(a, b, inputs, seed, samples, list(batch_sizes), vocab_size)
+    feeds, source = _samples(a, b, inputs, seed, samples, list(batch_sizes), vocab_size, dims)
     say("reading both models")
     structure = structure_diff(a.model, b.model)
     made = {name: (node.op_type, order) for name, (node, order) in im.producers(a.model).items()}
@@ -119,12 +120,12 @@ def resolve_tolerances(overrides: Optional[dict]) -> dict:
 
 # ---------------------------------------------------------------- inputs
 
-def _samples(a, b, inputs, seed, samples, batch_sizes, vocab_size) -> tuple:
+def _samples(a, b, inputs, seed, samples, batch_sizes, vocab_size, dims) -> tuple:
     """The feed dicts (one per sample and batch size) and the JSON "inputs" entry."""
     specs = input_specs(a.path or a.read_bytes())
     if inputs is None:
         batch_sizes = batch_sizes or [None]
-        feeds = [random_feeds(specs, seed=seed + s, batch_size=bs, vocab_size=vocab_size)
+        feeds = [random_feeds(specs, seed=seed + s, batch_size=bs, vocab_size=vocab_size, dims=dims)
                  for bs in batch_sizes for s in range(samples)]
         source = {"source": "random", "seed": seed, "samples": samples, "batch_sizes": list(batch_sizes)}
     else:

@@ -194,3 +194,20 @@ def test_html_page_and_strict_json_report(models, tmp_path):
     data = json.loads(report.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
     assert data["kind"] == "verify" and data["ok"]
 
+
+
+def test_dim_sets_a_named_dynamic_dim(tmp_path, capsys):
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq"])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    assert main(["verify", str(path), str(path), "--dim", "seq=7", "--batch-size", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outputs"][0]["shape"] == [3, 7]
+    assert main(["verify", str(path), str(path), "--dim", "seq"]) == 2
+    assert "--dim 'seq': expected SYMBOL=N" in capsys.readouterr().err
+    assert main(["verify", str(path), str(path), "--dim", "len=4"]) == 2
+    assert "no dynamic dim named 'len'" in capsys.readouterr().err
