@@ -30,6 +30,17 @@ def apply_options(rt, spec: dict):
 
 
 def peak_rss_mb() -> float:
+    """This process's peak RSS since it started. On Linux that is VmHWM:
+    ru_maxrss also keeps the parent's RSS at fork time (the kernel carries
+    the old address space's high-water mark across exec), so a worker
+    spawned by a big parent would read the parent's size."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return kib / (1024 * 1024) if sys.platform == "darwin" else kib / 1024  # bytes on macOS, KiB on Linux
 

@@ -57,6 +57,13 @@ def test_cold_start_in_a_fresh_process(chain):
     assert c["device_peak_mb"] is None and "cpu" in c["device_note"]
 
 
+def test_cold_rss_is_the_workers_not_its_parents(chain):
+    """ru_maxrss would carry this process's size across fork and exec."""
+    ballast = np.ones(600 << 20, np.uint8)  # 600 MB resident here
+    c = cold_start(chain(2), Settings(intra_op_threads=1), {"x": np.ones((4, 256), np.float32)}, "A")
+    assert c["peak_rss_mb"] < 400 and ballast.sum() == 600 << 20
+
+
 def test_cold_worker_reports_load_errors(tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"\x08\x07garbage")
