@@ -121,6 +121,8 @@ bool is_read(const Value* v) { return v && (!v->uses.empty() || v->is_graph_outp
 // weight on every run (a tied embedding's lm_head: a third of GPT-2's time
 // with onnxruntime's optimizations off), so it folds even when the source
 // stays (growth); onnxruntime makes the same copy at load when it may.
+constexpr uint64_t kWeightLayoutMaxBytes = 200'000'000;
+
 bool is_weight_layout(const Node& n) {
   if (n.op_type.value != "Transpose" || n.outputs.size() != 1 || !n.outputs[0]) return false;
   const Value* out = n.outputs[0];
@@ -213,9 +215,12 @@ PassStats FoldConstants::run(Model& model, const PassOptions& options) const {
         if (a && frees(*n, i)) input_bytes += a->nbytes();
       }
       const std::string label = n->display_name();
-      // A weight-layout copy may be as large as its source, shared or not.
+      // A weight-layout copy may be as large as its source, shared or not,
+      // up to kWeightLayoutMaxBytes (past that the file and our memory grow
+      // by that much, and onnxruntime at its default level or TensorRT make
+      // the copy at load anyway; --fold-size-limit still allows it).
       const bool layout = is_weight_layout(*n) && inputs[0];
-      if (layout) input_bytes = std::max<uint64_t>(input_bytes, inputs[0]->nbytes());
+      if (layout) input_bytes = std::max<uint64_t>(input_bytes, std::min(inputs[0]->nbytes(), kWeightLayoutMaxBytes));
       fold::KernelContext ctx{*n, opset, std::max<uint64_t>(options.fold_size_limit, input_bytes)};
       std::vector<Array> outputs;
       if (all_constant) {

@@ -33,7 +33,7 @@
 //      something else still reads is not freed, so a transposed copy of a
 //      shared weight counts as growth; except a Transpose that only
 //      MatMul/Gemm read, the weight layout the product wants, which may be
-//      as large as its source), or
+//      as large as its source up to 200 MB), or
 //      whose element count overflows;
 //   2. a node excluded from optimization (--exclude-node), also where only
 //      partial shapes would know its output (which then is not tracked);
