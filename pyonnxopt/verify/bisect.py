@@ -1,8 +1,8 @@
 """Per-pass bisection: which pass, and which of its rewrites, changed the outputs.
 
 1. The pipeline runs from the original as `optimize` runs it; after every
-   pass that changed the model, the model (serialized in memory) is checked
-   against the original in onnxruntime. The first pass whose result differs
+   pass that changed the model, the model is checked against the original
+   in onnxruntime. The first pass whose result differs
    is the culprit; the model from before it (kept in a temporary file) is
    the last good state.
 2. That pass is run again, alone, on the last good state with the nodes some
@@ -39,6 +39,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
+import numpy as np
+
 from pyonnxopt import check
 from pyonnxopt.check import CheckResult, CheckUnavailable
 from pyonnxopt.errors import Error, MissingDependency, first_line
@@ -70,8 +72,6 @@ class _Reference:
         for name, value in (inputs or {}).items():
             if name not in self.feeds:
                 raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(self.feeds)})")
-            import numpy as np
-
             self.feeds[name] = np.asarray(value)
         self.required, self.rtol, self.atol = list(outputs), rtol, atol
         self.where = f"seed {seed}" if not inputs else "given inputs"
