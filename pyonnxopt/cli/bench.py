@@ -3,7 +3,7 @@ memory and (with two models) an interleaved A/B ratio, in onnxruntime."""
 
 from __future__ import annotations
 
-from pyonnxopt.cli.output import to_json, write_atomic
+from pyonnxopt.files import to_json, write_atomic
 from pyonnxopt.cli.render import console
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from pyonnxopt.cli.output import to_json, write_atomic
+from pyonnxopt.files import to_json, write_atomic
 from pyonnxopt.cli.render import console, human_bytes
 
 MISMATCH = 1

@@ -9,7 +9,7 @@ import json
 import os
 from typing import Callable, Optional
 
-from pyonnxopt.cli.output import from_json
+from pyonnxopt.files import from_json
 from pyonnxopt.errors import Error, MissingDependency
 
 REPORT_KIND = "report"
