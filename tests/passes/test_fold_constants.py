@@ -1005,5 +1005,8 @@ def test_any_node_folds_only_as_onnxruntime_computes_it(case):
     except ValueError as e:  # onnxruntime ran it, but numpy cannot hold an empty tensor with a dim past 2^62
         assert "too big" in str(e) and all(0 in folded[o].dims for o in outs)
         return
+    except Exception as e:  # onnxruntime sizes an empty Tile result by its non-zero dims, and refuses past 4 GB
+        assert "exceeds the supported maximum" in str(e) and all(0 in folded[o].dims for o in outs)
+        return
     for o, w in zip(outs, want):
         assert_same(numpy_helper.to_array(folded[o]), w)
