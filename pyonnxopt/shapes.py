@@ -49,12 +49,15 @@ def _dim_score(d) -> int:
 def _names_more(type_proto, value) -> bool:
     """Same rank, no dim less specific, one more: a named symbol where the
     value has a placeholder or nothing (sizes are counted by _known_dims)."""
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return False
+    dims = type_proto.tensor_type.shape.dim
+    if not any(d.dim_param and not d.dim_param.startswith("unk__") for d in dims):
+        return False  # the common case, cheaply: no named symbol to add
     t = value.type
-    if not type_proto.HasField("tensor_type") or t.get("kind") != "tensor" or t.get("shape") is None:
+    if t.get("kind") != "tensor" or t.get("shape") is None:
         return False
-    if not type_proto.tensor_type.HasField("shape"):
-        return False
-    new = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in type_proto.tensor_type.shape.dim]
+    new = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
     old = list(t["shape"])
     if len(new) != len(old):
         return False

@@ -263,11 +263,11 @@ class _Walk:
         elif op == "Slice" and vals[0] and not vals[0][1] and len(ins) >= 3 and vals[1] and vals[2]:
             axes = vals[3][0] if len(vals) > 3 and vals[3] else [0]
             steps = vals[4][0] if len(vals) > 4 and vals[4] else [1]
-            if axes in ([0], [-1]) and len(vals[1][0]) == 1 and len(vals[2][0]) == 1 \
-                    and isinstance(steps[0], int) and steps[0] != 0:
+            # step 1 only: there Python's slice clamps as Slice does
+            if axes in ([0], [-1]) and len(vals[1][0]) == 1 and len(vals[2][0]) == 1 and steps == [1]:
                 s, e = vals[1][0][0], vals[2][0][0]
                 if isinstance(s, int) and isinstance(e, int):
-                    self.values[out] = (list(vals[0][0][slice(s, e, steps[0])]), False)
+                    self.values[out] = (list(vals[0][0][s:e]), False)
         elif op in ("Add", "Sub", "Mul", "Equal") and len(vals) == 2 and vals[0] and vals[1]:
             self._elementwise(op, vals[0], vals[1], out)
         elif op == "Where" and len(vals) == 3 and all(vals):
