@@ -45,8 +45,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
-import numpy as np
-
 _PLACEHOLDER = "unk__"
 _MAX_ENTRIES = 64
 
@@ -133,9 +131,7 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
             out.append(x[j] if x is not None and j < len(x) and _known(x[j]) else None)
         elif isinstance(e, int) and e == -1:
             out.append(-1)
-        elif isinstance(e, int) and e >= 0:
-            out.append(e)
-        elif _is_symbol(e):
+        elif (isinstance(e, int) and e >= 0) or _is_symbol(e):
             out.append(e)
         else:
             out.append(None)
@@ -179,7 +175,7 @@ class _Walk:
             return
         try:
             a = numpy_helper.to_array(tensor)
-        except Exception:
+        except (ValueError, TypeError, KeyError):
             return
         entries = [bool(x) if tensor.data_type == 9 else int(x) for x in a.reshape(-1)]
         self.values[name] = ([("b", e) if tensor.data_type == 9 else e for e in entries], a.ndim == 0)
@@ -387,7 +383,7 @@ def _binary(op, x, y):
             return ("b", x == y)
         if _is_sym_entry(x) and _is_sym_entry(y):
             return ("b", True) if x == y else None
-        sym, i = (x, y) if _is_sym_entry(x) else (y, x)
+        i = y if _is_sym_entry(x) else x
         return ("b", False) if i < 0 else None
     if isinstance(x, int) and isinstance(y, int):
         r = {"Add": x + y, "Sub": x - y, "Mul": x * y}[op]

@@ -5,17 +5,11 @@ the outputs at several batch sizes and sequence lengths."""
 
 import numpy as np
 import onnx
-import pytest
+from passes.helpers import outputs, parse, run_pass
 
 import pyonnxopt
 from pyonnxopt import symbolic_shapes
 from pyonnxopt.passes import run_passes
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent / "passes"))
-from helpers import outputs, parse, run_pass  # noqa: E402
 
 
 def shape_of(m, name):
@@ -234,5 +228,5 @@ def test_attention_shape_arithmetic_goes_and_outputs_stay():
 def test_second_run_changes_nothing():
     m, _ = run_passes(pyonnxopt.load(parse(ATTENTION)))
     first = m.to_bytes()
-    m2, report = run_passes(pyonnxopt.load(first))
+    m2, _ = run_passes(pyonnxopt.load(first))
     assert [n.op_type for n in m2.graph.nodes] == [n.op_type for n in m.graph.nodes]

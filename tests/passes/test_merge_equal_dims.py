@@ -3,11 +3,10 @@ that only look alike (another symbol, onnx's placeholder) stay."""
 
 import numpy as np
 import onnx
+from helpers import outputs, parse, structure
 
 import pyonnxopt
 from pyonnxopt.passes import get, run_passes
-
-from helpers import outputs, parse, run_pass, structure
 
 
 def merge(text):
@@ -50,7 +49,7 @@ def test_same_symbol_from_two_tensors_merges():
 
 
 def test_whole_shapes_of_the_same_symbolic_shape_merge():
-    m, r = merge("""g (float[B,S] x, float[B,S] w) => (float[B,S] y) {
+    m, _ = merge("""g (float[B,S] x, float[B,S] w) => (float[B,S] y) {
         a = Relu(x)
         b = Neg(w)
         sa = Shape(a)
@@ -83,7 +82,7 @@ def test_dims_that_only_look_alike_stay():
 
 
 def test_graph_output_is_refused():
-    m, r = merge("""g (float[B,S] x, float[S] w) => (int64 y, int64 z) {
+    _, r = merge("""g (float[B,S] x, float[S] w) => (int64 y, int64 z) {
         one = Constant <value = int64 {1}> ()
         zero = Constant <value = int64 {0}> ()
         sx = Shape(x)
