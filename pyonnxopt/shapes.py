@@ -8,6 +8,7 @@ import logging
 import re
 from typing import Mapping, Optional, Sequence
 
+from pyonnxopt import symbolic_shapes
 from pyonnxopt.errors import Error
 from pyonnxopt.model import Graph, Model
 
@@ -36,6 +37,34 @@ def _known_dims_of(value) -> int:
     return 0 if shape is None else 1 + sum(isinstance(d, int) for d in shape)
 
 
+def _dim_score(d) -> int:
+    """0 unknown, 1 onnx's placeholder symbol, 2 a named symbol, 3 a size."""
+    if isinstance(d, int):
+        return 3
+    if isinstance(d, str) and d:
+        return 1 if d.startswith("unk__") else 2
+    return 0
+
+
+def _names_more(type_proto, value) -> bool:
+    """Same rank, no dim less specific, one more: a named symbol where the
+    value has a placeholder or nothing (sizes are counted by _known_dims)."""
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return False
+    dims = type_proto.tensor_type.shape.dim
+    if not any(d.dim_param and not d.dim_param.startswith("unk__") for d in dims):
+        return False  # the common case, cheaply: no named symbol to add
+    t = value.type
+    if t.get("kind") != "tensor" or t.get("shape") is None:
+        return False
+    new = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+    old = list(t["shape"])
+    if len(new) != len(old):
+        return False
+    pairs = [(_dim_score(a), _dim_score(b)) for a, b in zip(new, old)]
+    return all(a >= b for a, b in pairs) and any(a > b for a, b in pairs)
+
+
 def infer(model: Model, update_outputs: bool = False) -> dict:
     """Infers types and shapes and records them as value_info where the model
     says less (never changing graph inputs, nor outputs unless
@@ -48,12 +77,13 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         proto = onnx.ModelProto.FromString(model._core.serialize_weightless(WEIGHTLESS_THRESHOLD))
         _stand_in_for_onnxruntime_ops(proto.graph)
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        refined = symbolic_shapes.refine(inferred.graph)
     except Exception as e:  # onnx raises several kinds; none may stop the passes that need no shapes
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         log.warning("shape inference failed: %s", reason)
         return {"failed": reason}
     typed = _write_back(inferred.graph, model.graph, update_outputs)
-    return {"values_typed": typed}
+    return {"values_typed": typed, "dims_refined": refined} if refined else {"values_typed": typed}
 
 
 # com.microsoft ops the fusion rules emit (--target ort), whose first and
@@ -94,7 +124,7 @@ def _write_back(pg, g: Graph, update_outputs: bool) -> int:
             continue
         if v.is_graph_output and not update_outputs:
             continue
-        if _known_dims(vi.type) > _known_dims_of(v):
+        if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1
     # Subgraphs: nodes correspond one to one, in order; subgraph attributes too.

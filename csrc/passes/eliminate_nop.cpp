@@ -66,6 +66,9 @@ const char* attribute_nop(const Node& n) {
 // Reshape to the shape the input has: each target entry is the input's dim,
 // a 0 that copies it (unless allowzero=1), or the one -1, which takes what
 // the other dims leave (the input's dim when they multiply to nonzero).
+// Beside the -1, a dim a 0 copies may be unknown: it cancels out of the
+// count, and where it is 0 at run time the Reshape itself fails (-1 beside
+// an empty dim), so only a failing run is changed.
 const char* reshape_nop(const Model& m, const Graph& g, const Node& n, std::string& why) {
   IntList target = int_list(m, g, n, "shape", 1, 5);
   if (!target.present) return kNotMine;
@@ -93,6 +96,7 @@ const char* reshape_nop(const Model& m, const Graph& g, const Node& n, std::stri
   if (unknown) return "input dims unknown where the target shape gives a size";
   for (size_t i = 0; inferred >= 0 && i < x.size(); ++i) {
     if (static_cast<int64_t>(i) == inferred) continue;
+    if (x[i] == kUnknownDim && t[i] == 0 && !allowzero) continue;
     if (x[i] == kUnknownDim) return "input dims unknown beside the target shape's -1";
     if (x[i] == 0) return kNotMine;  // -1 beside an empty dim is ill-defined
   }

@@ -7,10 +7,11 @@ from pyonnxopt.fusion.rules import BUILTIN_RULES
 from pyonnxopt.passes.base import NativePass, Pass
 from pyonnxopt.passes.fold_constants_onnxruntime import FoldConstantsOnnxruntime
 from pyonnxopt.passes.infer_shapes import InferShapes
+from pyonnxopt.passes.merge_equal_dims import MergeEqualDims
 from pyonnxopt.passes.resolve_dynamic_reshapes import ResolveDynamicReshapes
 
 _PASSES: dict = {name: NativePass(name, description) for name, description in _core.native_passes()}
-for _p in (InferShapes(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(), *BUILTIN_RULES):
+for _p in (InferShapes(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(), MergeEqualDims(), *BUILTIN_RULES):
     _PASSES[_p.name] = _p
 
 # The default pipeline's order; passes registered later run after these.
@@ -18,7 +19,7 @@ DEFAULT_ORDER = [
     "infer_shapes", "eliminate_identity", "eliminate_dropout", "eliminate_nop", "simplify_algebra", "fold_constants",
     "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "optimize_transposes",
     "collapse_reshapes", *(r.name for r in BUILTIN_RULES),
-    "eliminate_common_subexpressions", "eliminate_dead_code",
+    "merge_equal_dims", "eliminate_common_subexpressions", "eliminate_dead_code",
 ]
 
 

@@ -135,8 +135,8 @@ def test_reshape_allowzero_takes_zero_literally():
 
 
 def test_reshape_refusals():
-    m, r = run("""g (float[N,12] x, int64[2] fed) => (float[N,12] y, float[N,12] z, float[K] v, float[N,12] w)
-              <int64[2] fed = {0, 12}, int64[2] infer = {0, -1}, int64[1] flat = {-1}> {
+    m, r = run("""g (float[N,12] x, int64[2] fed) => (float[N,12] y, float[N,12] z, float[K] v, float[N,M] w)
+              <int64[2] fed = {0, 12}, int64[2] spread = {-1, 12}, int64[1] flat = {-1}, float[12,N] h> {
         s = Shape(x)
         a = Reshape(x, s)
         y = Neg(a)
@@ -145,17 +145,44 @@ def test_reshape_refusals():
         u = Relu(x)
         c = Reshape(u, flat)
         v = Neg(c)
-        d = Reshape(x, infer)
+        h = Transpose <perm = [1, 0]> (x)
+        d = Reshape(h, spread)
         w = Neg(d)
     }""")
-    assert ops(m) == ["Shape", "Reshape", "Neg", "Reshape", "Neg", "Relu", "Reshape", "Neg", "Reshape", "Neg"]
+    assert ops(m) == ["Shape", "Reshape", "Neg", "Reshape", "Neg", "Relu", "Reshape", "Neg", "Transpose", "Reshape",
+                      "Neg"]
     assert not r.modified
     assert reasons(r) == [
         "target shape 's' is not a constant (no initializer)",
         "target shape 'fed' is a graph input with an initializer, so it can be fed: not a constant",
         "input rank unknown",
-        "input dims unknown beside the target shape's -1",
+        "input dims unknown where the target shape gives a size",
     ]
+
+
+def test_reshape_minus_one_beside_symbolic_dims_that_zeros_copy():
+    # [N,8,S,64] -> [0,-1,0,64]: N and S cancel out of the count, so -1 is 8
+    # (where N or S is 0 the Reshape itself fails: -1 beside an empty dim)
+    text = """g (float[N,8,S,64] x) => (float[N,8,S,64] y) <int64[4] t = {0, -1, 0, 64}, float[N,8,S,64] a> {
+        a = Relu(x)
+        b = Reshape(a, t)
+        y = Neg(b)
+    }"""
+    m, r = run(text)
+    assert structure(m) == [("Relu", ["x"], ["a"]), ("Neg", ["a"], ["y"])]
+    for shape in [(1, 8, 7, 64), (3, 8, 19, 64)]:
+        feeds = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+        assert np.array_equal(outputs(parse(text), feeds)[0], outputs(m, feeds)[0])
+
+
+def test_reshape_minus_one_beside_a_symbolic_dim_it_does_not_copy_stays():
+    # {0, -1} on [N,S,2] is [N, 2S]: not the input's shape
+    m, r = run("""g (float[N,S,2] x) => (float[N,K] y) <int64[2] t = {0, -1}, float[N,S,2] a> {
+        a = Relu(x)
+        b = Reshape(a, t)
+        y = Neg(b)
+    }""")
+    assert ops(m) == ["Relu", "Reshape", "Neg"] and not r.modified
 
 
 def test_reshape_as_graph_output_of_a_graph_input_is_refused_by_bypass():

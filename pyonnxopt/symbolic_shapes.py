@@ -1,0 +1,425 @@
+"""Symbolic shape refinement: what onnx's shape inference leaves unknown
+(a dim it names `unk__N` or leaves out) worked out from the values that
+shape arithmetic computes, on the main graph of the inferred copy.
+
+onnx knows a Range's length only from constants, and an Expand's or a
+ConstantOfShape's result only from a constant shape. Exporters compute
+those from `Shape`:
+
+    n = Gather(Shape(x: [batch, seq, 512]), 1)        # n is the dim `seq`
+    r = Range(0, n, 1)                                 # onnx: [unk__0]  here: [seq]
+    s = Concat([batch], [-1], [seq], [seq])
+    e = Expand(m: [batch, 1, seq, seq], Where(Equal(s, -1), 1, s))
+                                                       # onnx: [unk__1, ...]  here: [batch, 1, seq, seq]
+
+so one walk in topological order tracks:
+
+* the entries of small integer (and boolean) 0-D/1-D tensors: an int, a
+  symbol (the size of some tensor's dim, so never negative) or unknown;
+  through Shape, Gather, Slice, Concat, (Un)Squeeze, Identity, Cast to int64,
+  Add/Sub/Mul with 0 or 1 or known ints, Equal, Where, Constant and
+  initializers;
+* each value's dims: the inferred ones where they are an int or a symbol
+  that is not onnx's placeholder, else what the op gives from its inputs'
+  dims (Range, Expand, ConstantOfShape, Reshape, broadcasting elementwise
+  ops, MatMul, Transpose, Gather, (Un)Squeeze, shape-keeping unary ops).
+
+A dim is only ever given a value that holds for every input the model
+accepts. The rules for that:
+
+1. Broadcasting two dims: equal ones stay; a 1 gives the other; an int
+   other than 1 wins over a symbol (the symbol is then 1 or that int);
+   two different symbols, or an unknown beside anything but an int other
+   than 1, stay unknown.
+2. Range(start, limit, delta) has `limit` elements only when start is 0,
+   delta 1 and limit a dim (never negative); otherwise all three are ints.
+3. Reshape's -1 is worked out only when the other entries' product divides
+   the input's symbolically (each symbol cancelled by the same symbol).
+4. Equal of a dim and a negative int is false; of a symbol with itself true.
+
+Refused (left unknown): ops not listed, other domains, values whose rank
+onnx does not know, subgraphs and function bodies."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Optional
+
+_PLACEHOLDER = "unk__"
+_MAX_ENTRIES = 64
+
+_UNARY = {"Abs", "Neg", "Relu", "Sqrt", "Exp", "Log", "Erf", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
+          "Identity", "Cast", "Not", "Floor", "Ceil", "Round", "Sign", "Reciprocal", "Gelu", "LeakyRelu",
+          "HardSigmoid", "Softplus", "Elu", "Selu", "Sin", "Cos", "IsNaN", "IsInf", "CastLike", "Clip"}
+_BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "Greater", "LessOrEqual",
+              "GreaterOrEqual", "And", "Or", "Xor", "Where", "Min", "Max", "PRelu", "BitwiseAnd",
+              "BitwiseOr", "BitwiseXor"}
+
+
+def _is_symbol(d) -> bool:
+    return isinstance(d, str) and d != "" and not d.startswith(_PLACEHOLDER)
+
+
+def _dims_of(type_proto) -> Optional[list]:
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    out = []
+    for d in type_proto.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            out.append(d.dim_param)
+        else:
+            out.append(None)
+    return out
+
+
+def _known(d) -> bool:
+    return isinstance(d, int) or _is_symbol(d)
+
+
+def broadcast_dim(a, b):
+    """Rule 1: the dim of broadcasting a against b (None: unknown)."""
+    a = a if _known(a) else None
+    b = b if _known(b) else None
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    if a is not None and a == b:
+        return a
+    if isinstance(a, int) and isinstance(b, int):
+        return None  # not a valid broadcast: leave it to onnx
+    if isinstance(a, int):
+        return a
+    if isinstance(b, int):
+        return b
+    return None
+
+
+def broadcast(shapes: list) -> Optional[list]:
+    if not shapes or any(s is None for s in shapes):
+        return None
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        d = dims[0] if _known(dims[0]) else None
+        for e in dims[1:]:
+            d = broadcast_dim(d, e)
+        out.append(d)
+    return out
+
+
+def _product(dims: list) -> Optional[tuple]:
+    """(int factor, Counter of symbols), or None with an unknown dim."""
+    c, syms = 1, Counter()
+    for d in dims:
+        if isinstance(d, int):
+            c *= d
+        elif _known(d):
+            syms[d] += 1
+        else:
+            return None
+    return c, syms
+
+
+def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[list]:
+    out = []
+    for j, e in enumerate(target):
+        if isinstance(e, int) and e == 0 and not allowzero:
+            out.append(x[j] if x is not None and j < len(x) and _known(x[j]) else None)
+        elif isinstance(e, int) and e == -1:
+            out.append(-1)
+        elif (isinstance(e, int) and e >= 0) or _is_symbol(e):
+            out.append(e)
+        else:
+            out.append(None)
+    if out.count(-1) > 1:
+        return None
+    if -1 in out:
+        i = out.index(-1)
+        out[i] = None
+        whole = _product(x) if x is not None else None
+        part = _product([d for j, d in enumerate(out) if j != i])
+        if whole and part and part[0] != 0 and whole[0] % part[0] == 0 and not (part[1] - whole[1]):
+            rest = whole[1] - part[1]
+            c = whole[0] // part[0]
+            if not rest:
+                out[i] = c
+            elif c == 1 and sum(rest.values()) == 1:
+                out[i] = next(iter(rest))
+    return out
+
+
+class _Walk:
+    def __init__(self, graph):
+        self.dims = {}     # name -> list of dims (int | symbol | placeholder str | None)
+        self.values = {}   # name -> (entries, scalar)
+        self.input_names = {v.name for v in graph.input}
+        for v in list(graph.input) + list(graph.value_info) + list(graph.output):
+            d = _dims_of(v.type)
+            if d is not None and v.name not in self.dims:
+                self.dims[v.name] = d
+        for t in graph.initializer:
+            if t.name not in self.input_names:  # a fed input keeps its declared type
+                self.dims[t.name] = [int(d) for d in t.dims]
+                self._constant(t.name, t)
+
+    def _constant(self, name, tensor) -> None:
+        from onnx import numpy_helper
+
+        if tensor.data_type not in (6, 7, 9) or len(tensor.dims) > 1 or tensor.data_location == 1:
+            return
+        if tensor.dims and tensor.dims[0] > _MAX_ENTRIES:
+            return
+        try:
+            a = numpy_helper.to_array(tensor)
+        except (ValueError, TypeError, KeyError):
+            return
+        entries = [bool(x) if tensor.data_type == 9 else int(x) for x in a.reshape(-1)]
+        self.values[name] = ([("b", e) if tensor.data_type == 9 else e for e in entries], a.ndim == 0)
+
+    def value(self, name):
+        if name in self.input_names:
+            return None  # a graph input is fed, even one with an initializer
+        return self.values.get(name)
+
+    def run(self, graph) -> dict:
+        refined = {}
+        for n in graph.node:
+            if n.domain not in ("", "ai.onnx"):
+                continue
+            try:
+                self._values(n)
+                mine = self._node_dims(n)
+            except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
+                continue
+            if mine is None or not n.output or not n.output[0]:
+                continue
+            name = n.output[0]
+            have = self.dims.get(name)
+            if have is None:
+                self.dims[name] = mine
+                continue
+            if len(have) != len(mine):
+                continue
+            # onnx's int or named symbol stays; its placeholder gives way
+            better = [h if _known(h) else (m if _known(m) else h) for h, m in zip(have, mine)]
+            if any(_known(b) and not _known(h) for b, h in zip(better, have)):
+                refined[name] = better
+            self.dims[name] = better
+        return refined
+
+    # ------------------------------------------------------------ values
+
+    def _values(self, n) -> None:
+        op = n.op_type
+        attrs = {a.name: a for a in n.attribute}
+        ins = list(n.input)
+        out = n.output[0] if n.output else ""
+        if op == "Constant":
+            if "value" in attrs:
+                self._constant(out, attrs["value"].t)
+            return
+        if op == "Shape":
+            d = self.dims.get(ins[0])
+            if d is None:
+                return
+            r = len(d)
+            start = attrs["start"].i if "start" in attrs else 0
+            end = attrs["end"].i if "end" in attrs else r
+            start = max(0, min(r, start + r if start < 0 else start))
+            end = max(0, min(r, end + r if end < 0 else end))
+            self.values[out] = ([x if _known(x) else None for x in d[start:end]], False)
+            return
+        vals = [self.value(i) if i else None for i in ins]
+        if op in ("Identity",) and vals[0]:
+            self.values[out] = vals[0]
+        elif op == "Cast" and vals[0] and attrs["to"].i == 7:
+            self.values[out] = ([e if isinstance(e, int) or _is_sym_entry(e) else None for e in vals[0][0]],
+                                vals[0][1])
+        elif op == "Gather" and vals[0] and vals[1] and not vals[0][1]:
+            if (attrs["axis"].i if "axis" in attrs else 0) != 0:
+                return
+            data, (idx, scalar) = vals[0][0], vals[1]
+            picked = [data[i] for i in idx if isinstance(i, int) and -len(data) <= i < len(data)]
+            if len(picked) == len(idx):
+                self.values[out] = (picked, scalar)
+        elif op == "Unsqueeze" and vals[0] and vals[0][1]:
+            axes = list(attrs["axes"].ints) if "axes" in attrs else (vals[1][0] if len(vals) > 1 and vals[1] else None)
+            if axes in ([0], [-1]):
+                self.values[out] = (list(vals[0][0]), False)
+        elif op == "Squeeze" and vals[0] and not vals[0][1] and len(vals[0][0]) == 1:
+            axes = list(attrs["axes"].ints) if "axes" in attrs else (vals[1][0] if len(vals) > 1 and vals[1] else [0])
+            if axes in ([0], [-1]):
+                self.values[out] = (list(vals[0][0]), True)
+        elif op == "Concat" and vals and all(v is not None and not v[1] for v in vals):
+            self.values[out] = ([e for v in vals for e in v[0]], False)
+        elif op == "Slice" and vals[0] and not vals[0][1] and len(ins) >= 3 and vals[1] and vals[2]:
+            axes = vals[3][0] if len(vals) > 3 and vals[3] else [0]
+            steps = vals[4][0] if len(vals) > 4 and vals[4] else [1]
+            # step 1 only: there Python's slice clamps as Slice does
+            if axes in ([0], [-1]) and len(vals[1][0]) == 1 and len(vals[2][0]) == 1 and steps == [1]:
+                s, e = vals[1][0][0], vals[2][0][0]
+                if isinstance(s, int) and isinstance(e, int):
+                    self.values[out] = (list(vals[0][0][s:e]), False)
+        elif op in ("Add", "Sub", "Mul", "Equal") and len(vals) == 2 and vals[0] and vals[1]:
+            self._elementwise(op, vals[0], vals[1], out)
+        elif op == "Where" and len(vals) == 3 and all(vals):
+            self._where(vals, out)
+
+    def _elementwise(self, op, a, b, out) -> None:
+        (ea, sa), (eb, sb) = a, b
+        if len(ea) != len(eb) and len(ea) != 1 and len(eb) != 1:
+            return
+        n = max(len(ea), len(eb))
+        ea, eb = (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb)
+        res = [_binary(op, x, y) for x, y in zip(ea, eb)]
+        self.values[out] = (res, sa and sb)
+
+    def _where(self, vals, out) -> None:
+        (c, sc), (x, sx), (y, sy) = vals
+        n = max(len(c), len(x), len(y))
+        if any(len(e) not in (1, n) for e in (c, x, y)):
+            return
+        c, x, y = [e * n if len(e) == 1 else e for e in (c, x, y)]
+        res = []
+        for ci, xi, yi in zip(c, x, y):
+            if not (isinstance(ci, tuple) and ci[0] == "b"):
+                res.append(None)
+            else:
+                res.append(xi if ci[1] else yi)
+        self.values[out] = (res, sc and sx and sy)
+
+    # ------------------------------------------------------------ dims
+
+    def _node_dims(self, n) -> Optional[list]:
+        op = n.op_type
+        attrs = {a.name: a for a in n.attribute}
+        ins = list(n.input)
+        d = [self.dims.get(i) if i else None for i in ins]
+        if op in _UNARY:
+            return list(d[0]) if d and d[0] is not None else None
+        if op in _BROADCAST:
+            return broadcast([x for x in d if x is not None]) if all(x is not None for x in d) else None
+        if op == "MatMul" and len(d) == 2 and d[0] is not None and d[1] is not None:
+            a, b = d
+            if len(a) < 2 or len(b) < 2:
+                return None
+            batch = broadcast([a[:-2], b[:-2]])
+            return None if batch is None else batch + [a[-2], b[-1]]
+        if op == "Transpose" and d[0] is not None:
+            perm = list(attrs["perm"].ints) if "perm" in attrs else list(reversed(range(len(d[0]))))
+            return [d[0][p] for p in perm] if sorted(perm) == list(range(len(d[0]))) else None
+        if op == "Gather" and d[0] is not None and len(d) > 1 and d[1] is not None:
+            axis = attrs["axis"].i if "axis" in attrs else 0
+            axis = axis + len(d[0]) if axis < 0 else axis
+            return d[0][:axis] + d[1] + d[0][axis + 1:]
+        if op == "Unsqueeze" and d[0] is not None:
+            axes = self._axes(n, attrs)
+            if axes is None:
+                return None
+            rank = len(d[0]) + len(axes)
+            axes = sorted(a + rank if a < 0 else a for a in axes)
+            it = iter(d[0])
+            return [1 if i in axes else next(it) for i in range(rank)]
+        if op == "Squeeze" and d[0] is not None:
+            axes = self._axes(n, attrs)
+            if axes is None:
+                return None
+            axes = {a + len(d[0]) if a < 0 else a for a in axes}
+            return [x for i, x in enumerate(d[0]) if i not in axes]
+        if op == "Range":
+            v = [self.value(i) for i in ins]
+            if len(v) != 3 or not all(v) or not all(len(e[0]) == 1 for e in v):
+                return None
+            start, limit, delta = (e[0][0] for e in v)
+            if start == 0 and delta == 1 and _is_sym_entry(limit):
+                return [limit]
+            if all(isinstance(e, int) and not isinstance(e, bool) for e in (start, limit, delta)) and delta:
+                return [max(-(-(limit - start) // delta), 0)]
+            return None
+        if op == "ConstantOfShape":
+            v = self.value(ins[0])
+            return [_as_dim(e) for e in v[0]] if v and not v[1] else None
+        if op == "Expand" and d[0] is not None:
+            v = self.value(ins[1])
+            return broadcast([d[0], [_as_dim(e) for e in v[0]]]) if v and not v[1] else None
+        if op == "Reshape" and len(ins) > 1:
+            v = self.value(ins[1])
+            if not v or v[1]:
+                return None
+            allowzero = bool(attrs["allowzero"].i) if "allowzero" in attrs else False
+            return reshape_dims(d[0], list(v[0]), allowzero)
+        return None
+
+    def _axes(self, n, attrs) -> Optional[list]:
+        if "axes" in attrs:
+            return list(attrs["axes"].ints)
+        if len(n.input) > 1 and n.input[1]:
+            v = self.value(n.input[1])
+            return list(v[0]) if v and all(isinstance(a, int) for a in v[0]) else None
+        return None
+
+
+def _is_sym_entry(e) -> bool:
+    return _is_symbol(e)
+
+
+def _as_dim(e):
+    if isinstance(e, tuple):
+        return None
+    if isinstance(e, int):
+        return e if e >= 0 else None
+    return e if _is_sym_entry(e) else None
+
+
+def _binary(op, x, y):
+    if isinstance(x, tuple) or isinstance(y, tuple) or x is None or y is None:
+        return None
+    if op == "Equal":
+        if isinstance(x, int) and isinstance(y, int):
+            return ("b", x == y)
+        if _is_sym_entry(x) and _is_sym_entry(y):
+            return ("b", True) if x == y else None
+        i = y if _is_sym_entry(x) else x
+        return ("b", False) if i < 0 else None
+    if isinstance(x, int) and isinstance(y, int):
+        r = {"Add": x + y, "Sub": x - y, "Mul": x * y}[op]
+        return r if -(1 << 63) <= r < (1 << 63) else None
+    if op == "Add" and (x == 0 or y == 0):
+        return y if x == 0 else x
+    if op == "Sub" and y == 0:
+        return x
+    if op == "Mul" and (x == 1 or y == 1):
+        return y if x == 1 else x
+    return None
+
+
+def refine(graph) -> int:
+    """Writes better dims into the inferred copy's value_info (main graph,
+    values that are not graph inputs or outputs); returns how many."""
+    walk = _Walk(graph)
+    refined = walk.run(graph)
+    if not refined:
+        return 0
+    infos = {v.name: v for v in graph.value_info}
+    fixed = {v.name for v in graph.input} | {v.name for v in graph.output} | {t.name for t in graph.initializer}
+    count = 0
+    for name, dims in refined.items():
+        if name in fixed or name not in infos:
+            continue
+        vi = infos[name]
+        if not vi.type.HasField("tensor_type"):
+            continue
+        shape = vi.type.tensor_type.shape
+        del shape.dim[:]
+        for d in dims:
+            dim = shape.dim.add()
+            if isinstance(d, int):
+                dim.dim_value = d
+            elif isinstance(d, str) and d:
+                dim.dim_param = d
+        count += 1
+    return count

@@ -1,0 +1,232 @@
+"""symbolic_shapes: what onnx's inference leaves unknown, worked out from
+shape arithmetic (infer_shapes writes it back); refusals where dims only
+look alike; the whole pipeline on the exporters' attention pattern keeps
+the outputs at several batch sizes and sequence lengths."""
+
+import numpy as np
+import onnx
+from passes.helpers import outputs, parse, run_pass
+
+import pyonnxopt
+from pyonnxopt import symbolic_shapes
+from pyonnxopt.passes import run_passes
+
+
+def shape_of(m, name):
+    return m.graph.value(name).type["shape"]
+
+
+def unknown(d):
+    return d is None or d == "" or (isinstance(d, str) and d.startswith("unk__"))
+
+
+# ------------------------------------------------------------ structure
+
+
+def test_range_to_a_dim_has_that_many_elements():
+    m, r = run_pass("infer_shapes", """g (float[B,S,4] x) => (float y) {
+        s = Shape(x)
+        one = Constant <value = int64 {1}> ()
+        zero = Constant <value = int64 {0}> ()
+        n = Gather(s, one)
+        r = Range(zero, n, one)
+        f = Cast <to = 1> (r)
+        y = ReduceSum <keepdims = 0> (f)
+    }""")
+    assert shape_of(m, "r") == ["S"] and shape_of(m, "f") == ["S"]
+    assert r.stats["dims_refined"] >= 1
+
+
+def test_expand_to_a_computed_shape_and_what_follows():
+    # the mask expansion exporters write: Where(shape == -1, 1, shape)
+    m, _ = run_pass("infer_shapes", """g (bool[B,1,1,S] m, float[B,8,S,S] a) => (float[B,8,S,S] y) {
+        s = Shape(a)
+        i0 = Constant <value = int64 {0}> ()
+        i2 = Constant <value = int64 {2}> ()
+        ax = Constant <value = int64[1] {0}> ()
+        g0 = Gather(s, i0)
+        b = Unsqueeze(g0, ax)
+        g2 = Gather(s, i2)
+        q = Unsqueeze(g2, ax)
+        neg = Constant <value = int64[1] {-1}> ()
+        t = Concat <axis = 0> (b, neg, q, q)
+        minus = Constant <value = int64[4] {-1, -1, -1, -1}> ()
+        ones = Constant <value = int64[4] {1, 1, 1, 1}> ()
+        e = Equal(t, minus)
+        w = Where(e, ones, t)
+        x = Expand(m, w)
+        z = Constant <value = float {0}> ()
+        big = Constant <value = float {-1e4}> ()
+        bias = Where(x, z, big)
+        y = Add(a, bias)
+    }""")
+    assert shape_of(m, "x") == ["B", 1, "S", "S"]
+    assert shape_of(m, "bias") == ["B", 1, "S", "S"]
+
+
+def test_reshape_minus_one_cancels_symbols():
+    m, _ = run_pass("infer_shapes", """g (float[B,S,512] x) => (float[B,S,8,64] y) {
+        s = Shape(x)
+        i0 = Constant <value = int64 {0}> ()
+        i1 = Constant <value = int64 {1}> ()
+        ax = Constant <value = int64[1] {0}> ()
+        g0 = Gather(s, i0)
+        u0 = Unsqueeze(g0, ax)
+        g1 = Gather(s, i1)
+        u1 = Unsqueeze(g1, ax)
+        c = Constant <value = int64[2] {-1, 64}> ()
+        t = Concat <axis = 0> (u0, u1, c)
+        r = Reshape(x, t)
+        y = Relu(r)
+    }""")
+    assert shape_of(m, "r") == ["B", "S", 8, 64]
+
+
+def test_broadcast_rules():
+    b = symbolic_shapes.broadcast
+    assert b([["B", 1, "S"], [1, 8, "S"]]) == ["B", 8, "S"]
+    assert b([["B"], [5]]) == [5]          # B is 1 or 5: the result is 5
+    assert b([["B"], ["C"]]) == [None]     # could be either
+    assert b([[None], ["S"]]) == [None]    # the unknown one could be larger
+    assert b([[None], [7]]) == [7]
+    assert b([["unk__3"], [1]]) == [None]  # onnx's placeholder names no dim
+
+
+def test_reshape_dims_rules():
+    r = symbolic_shapes.reshape_dims
+    assert r(["B", 8, "S", 64], [0, -1, 0, 64], False) == ["B", 8, "S", 64]
+    assert r(["B", "S", 512], [0, 0, -1, 64], False) == ["B", "S", 8, 64]
+    assert r(["B", "S", 8, 64], [0, -1], False) == ["B", None]     # S*512: not one symbol
+    assert r(["B", "S", 4], [-1, 2], False) == [None, 2]           # B*S*2: not one symbol
+    assert r(["B", 6], [0, -1, 4], False) == ["B", None, 4]        # 6 / 4 does not divide
+    assert r(["B", 6], [0, 3], True) == [0, 3]                     # allowzero: 0 is a size
+
+
+# ------------------------------------------------------------ refusals
+
+
+def test_dims_that_only_look_alike_stay_unknown():
+    # x is [N, 4], z is [M, 4]: Range to N and Expand by M's shape know nothing of each other
+    m, _ = run_pass("infer_shapes", """g (float[N,4] x, float[M,4] z, int64 lim) => (float a, float b, float c) {
+        sx = Shape(x)
+        sz = Shape(z)
+        i0 = Constant <value = int64 {0}> ()
+        one = Constant <value = int64 {1}> ()
+        n = Gather(sx, i0)
+        r = Range(one, n, one)
+        rf = Cast <to = 1> (r)
+        a = ReduceSum <keepdims = 0> (rf)
+        e = Expand(x, sz)
+        b = ReduceSum <keepdims = 0> (e)
+        f = Range(i0, lim, one)
+        ff = Cast <to = 1> (f)
+        c = ReduceSum <keepdims = 0> (ff)
+    }""")
+    assert unknown(shape_of(m, "r")[0])   # start 1: N - 1 elements, no dim says so
+    assert shape_of(m, "e")[1] == 4 and unknown(shape_of(m, "e")[0])  # N against M
+    assert unknown(shape_of(m, "f")[0])   # a graph input's value is not a dim
+
+
+def test_a_fed_initializer_is_not_a_constant():
+    model = parse("""g (float[B,S] x, int64[2] t) => (float y) <int64[2] t = {0, -1}> {
+        r = Reshape(x, t)
+        y = ReduceSum <keepdims = 0> (r)
+    }""")
+    m, _ = run_pass("infer_shapes", model)
+    assert shape_of(m, "r") is None or all(unknown(d) for d in shape_of(m, "r")) or len(shape_of(m, "r")) == 2
+    assert shape_of(m, "r") != ["B", "S"]
+
+
+def test_equal_of_two_different_symbols_is_unknown():
+    m, _ = run_pass("infer_shapes", """g (bool[A,B] m, float[A,C] a) => (bool[A,B] y) {
+        s = Shape(m)
+        u = Shape(a)
+        e = Equal(s, u)
+        o = Constant <value = int64[2] {1, 1}> ()
+        w = Where(e, o, s)
+        x = Expand(m, w)
+        y = Identity(m)
+    }""")
+    x = shape_of(m, "x")
+    assert x[0] == "A" and unknown(x[1])  # A == A picks the 1; B against C is not known
+
+
+# ------------------------------------------------------------ pipeline
+
+
+ATTENTION = """g (float[B,S,32] x, bool[B,1,1,S] mask) => (float[B,S,32] y) {
+    s = Shape(x)
+    i0 = Constant <value = int64 {0}> ()
+    i1 = Constant <value = int64 {1}> ()
+    i2 = Constant <value = int64 {2}> ()
+    ax = Constant <value = int64[1] {0}> ()
+    heads = Constant <value = int64[2] {-1, 8}> ()
+    g0 = Gather(s, i0)
+    n = Unsqueeze(g0, ax)
+    g1 = Gather(s, i1)
+    t = Unsqueeze(g1, ax)
+    split = Concat <axis = 0> (n, t, heads)
+    rq = Reshape(x, split)
+    q = Transpose <perm = [0, 2, 1, 3]> (rq)
+    rk = Reshape(x, split)
+    k = Transpose <perm = [0, 2, 3, 1]> (rk)
+    scores = MatMul(q, k)
+    qs = Shape(q)
+    gl = Gather(qs, i2)
+    len = Unsqueeze(gl, ax)
+    minus = Constant <value = int64[1] {-1}> ()
+    ms = Concat <axis = 0> (n, minus, len, len)
+    negs = Constant <value = int64[4] {-1, -1, -1, -1}> ()
+    ones = Constant <value = int64[4] {1, 1, 1, 1}> ()
+    eq = Equal(ms, negs)
+    full = Where(eq, ones, ms)
+    m4 = Expand(mask, full)
+    zero = Constant <value = float {0}> ()
+    big = Constant <value = float {-10000}> ()
+    bias = Where(m4, zero, big)
+    sb = Add(scores, bias)
+    p = Softmax <axis = -1> (sb)
+    ctx = MatMul(p, q)
+    cs = Shape(ctx)
+    eight = Constant <value = int64[1] {8}> ()
+    gc = Gather(cs, i0)
+    uc = Unsqueeze(gc, ax)
+    i3 = Constant <value = int64 {3}> ()
+    ks = Shape(k)
+    gk = Gather(ks, i3)
+    uk = Unsqueeze(gk, ax)
+    back = Concat <axis = 0> (uc, minus, uk, eight)
+    same = Reshape(ctx, back)
+    merge = Concat <axis = 0> (n, t, minus)
+    tm = Transpose <perm = [0, 2, 1, 3]> (same)
+    y = Reshape(tm, merge)
+}"""
+
+
+def test_attention_shape_arithmetic_goes_and_outputs_stay():
+    before = parse(ATTENTION)
+    m, _ = run_passes(pyonnxopt.load(before))
+    onnx.checker.check_model(m.to_onnx(), full_check=True)
+    got = [n.op_type for n in m.graph.nodes]
+    # ctx's Reshape is an identity (k's last dim is S, as is ctx's third); the
+    # head merge gets a constant target; what computes the mask's shape stays,
+    # reading S from x's Shape alone (merge_equal_dims: q's dim 2 is S too)
+    assert got == ["Shape", "Gather", "Unsqueeze", "Gather", "Unsqueeze", "Reshape", "Transpose", "Transpose",
+                   "MatMul", "Concat", "Equal", "Where", "Expand", "Where", "Add", "Softmax", "MatMul", "Transpose",
+                   "Reshape"]
+    reshapes = [n for n in m.graph.nodes if n.op_type == "Reshape"]
+    assert [r.inputs[1].initializer.numpy().tolist() for r in reshapes] == [[0, 0, -1, 8], [0, 0, -1]]
+    rng = np.random.default_rng(0)
+    for b in (1, 3):
+        for s in (7, 19):
+            feeds = {"x": rng.standard_normal((b, s, 32)).astype(np.float32),
+                     "mask": rng.random((b, 1, 1, s)) < 0.7}
+            for want, have in zip(outputs(before, feeds), outputs(m, feeds)):
+                np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6)
+
+
+def test_second_run_changes_nothing():
+    m, _ = run_passes(pyonnxopt.load(parse(ATTENTION)))
+    first = m.to_bytes()
+    m2, _ = run_passes(pyonnxopt.load(first))
+    assert [n.op_type for n in m2.graph.nodes] == [n.op_type for n in m.graph.nodes]
