@@ -8,13 +8,19 @@ import math
 import numpy as np
 import onnx
 import pytest
+from helpers import ops, parse, structure
 from onnx import numpy_helper
+from transformer_helpers import (
+    as_dtype,
+    assert_same_outputs,
+    export,
+    fuse,
+    near,
+    optimized,
+)
 
 from pyonnxopt.check import session
 from pyonnxopt.passes import PassOptions, get
-
-from transformer_helpers import as_dtype, assert_same_outputs, export, fuse, near, optimized
-from helpers import ops, parse, structure
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
@@ -45,8 +51,7 @@ def mha_of(m):
 
 
 def fuse_ort(text_or_proto, opset=17):
-    m, r, original = fuse("fuse_attention", text_or_proto, opset=opset, target="ort")
-    return m, r, original
+    return fuse("fuse_attention", text_or_proto, opset=opset, target="ort")
 
 
 def test_split_and_merge_become_multi_head_attention():
