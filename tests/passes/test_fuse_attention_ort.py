@@ -254,3 +254,11 @@ def test_torch_sdpa_block_with_a_fully_padded_sequence():
     have = session(m.to_bytes()).run(None, feeds)[0]
     assert (want[1] == 0).all()
     np.testing.assert_allclose(have, want, **TOL)
+
+
+def test_nan_guard_with_the_standard_attention_at_opset_23():
+    proto = _with_fully_masked_row(block("float[2,1,5,6]", guard=True))
+    proto.opset_import[0].version = 23
+    m, r, original = fuse("fuse_attention", proto, opset=23)
+    assert ops(m) == ["Attention", "IsNaN", "Where"]
+    assert_same_outputs(original, m, **TOL)
