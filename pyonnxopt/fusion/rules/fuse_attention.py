@@ -1,9 +1,12 @@
-"""fuse_attention: scaled dot-product attention written out -> Attention (opset 23).
+"""fuse_attention: scaled dot-product attention written out -> Attention (opset 23),
+or (--target ort, below opset 23) com.microsoft MultiHeadAttention.
 
     s = MatMul(q, Transpose(k, [0,1,3,2]))      q, k, v: [B, H, S|T, D]
     s = Mul(s, c) | Div(s, c)                    (or q and K^T each times sqrt(c))
     s = Add(s, mask)                             (optional, additive)
-    y = MatMul(Softmax(s, axis=-1), v)
+    p = Softmax(s, axis=-1)
+    p = Where(IsNaN(p), 0, p)                    (optional: torch's SDPA export)
+    y = MatMul(p, v)
 ->  y = Attention(q, k, v, mask, scale=c)
 
 Two layouts:
@@ -17,23 +20,45 @@ Two layouts:
       on the [B, S, H*D] tensors (followed by the merge's Reshape when that
       flattens further, as GPT-2's [B*S, H*Dv]).
 
-Both targets emit the opset-23 Attention (onnxruntime 1.32 runs it on CPU).
-com.microsoft MultiHeadAttention is not emitted: its packed-input and mask
-conventions differ from these graphs', and onnxruntime runs Attention-23.
+Which op:
+ - the opset-23 Attention for --target onnx, and for --target ort at opset 23
+   and later (onnxruntime 1.32 runs it on CPU, 1.1x-1.25x faster than
+   MultiHeadAttention: targets.py);
+ - --target ort below opset 23, 3-D layout: com.microsoft MultiHeadAttention
+   (q3, k3, v3, bias="", key_padding_mask="", attention_bias=mask,
+   num_heads=H, scale=c), output [B, S, H*Dv]. Its attention_bias must be
+   4-d [B|1, H|1, S, T] (onnxruntime neither broadcasts over S nor takes a
+   lower rank), so a 2-d/3-d mask or a [.., 1, T] one goes through an Expand.
+   The 4-D layout would need each of q, k, v transposed back: not emitted.
 
-The mask must be what onnxruntime's Attention kernel accepts (it does not
+The NaN guard (torch zeroes the probabilities of a fully masked row, whose
+Softmax is NaN) becomes Where(IsNaN(y), 0, y) on the fused output: a row's
+probabilities are all NaN or none, and a NaN row gives a NaN output row in
+both ops (MultiHeadAttention; onnxruntime's Attention gives 0 there already),
+which the guard zeroes as the original's 0 probabilities would. (Only a NaN
+or inf in v itself reads differently: the original's 0 * NaN is NaN.)
+
+The mask must be what the kernel accepts (onnxruntime's Attention does not
 broadcast over query positions, and a 3-d mask is [H, S, T]): rank 2 to 4,
 [..., S, T] with its other dims 1 or equal to H (and B). A mask [B, 1, 1, T]
 (a padding mask) is expanded over S first, when S is known.
 
+Not matched: GPT-2 with past keys (K and V are Concat(past, new), the 4-D
+layout, and its causal mask is Expand-ed to a shape known only at run time;
+MultiHeadAttention's unidirectional=1 is not causal when S < T on CPU);
+torch.nn.MultiheadAttention's sequence-first [S, B*H, D] head split (ViT).
+
 Refuses when:
- 1. the opset is below 23 (both targets);
- 2. the Softmax is not over the last axis; a scale is not a scalar constant;
+ 1. the opset is below 23 and the target is onnx, or the layout is 4-D;
+ 2. the Softmax is not over the last axis; a scale is not a scalar constant
+    (or is 0, which MultiHeadAttention reads as 1/sqrt(D)); the NaN guard's
+    value is not a scalar 0;
  3. q, k, v cannot be shown to share batch and heads (MatMul's broadcasting
     is not Attention's), or a Reshape does more than split/merge the last dim;
  4. the mask's shape is unknown or does not fit (see above), or it needs
-    expanding over an unknown S;
- 5. onnxruntime's CPU provider has no kernel for the element type.
+    expanding over an unknown S, or expanding at all below opset 8 (Expand);
+ 5. onnxruntime's CPU provider has no kernel for the element type
+    (MultiHeadAttention: float and float16 only).
 """
 
 from __future__ import annotations
@@ -45,7 +70,7 @@ import numpy as np
 
 from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
-from pyonnxopt.fusion.targets import dtype_reason, opset_reason
+from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain, opset_reason
 from pyonnxopt.fusion.values import dims, same_dim, scalar_of
 
 SPLIT = [0, 2, 1, 3]  # [B, S, H, D] <-> [B, H, S, D]
@@ -57,7 +82,7 @@ def _heads(name: str) -> Op:
     return Op("Transpose", split, name=f"{name}_heads", attrs={"perm": SPLIT})
 
 
-def _variant(layout: str, scale: str, mask: bool) -> Op:
+def _variant(layout: str, scale: str, mask: bool, guard: bool) -> Op:
     if layout == "3d":
         q, v = _heads("q"), _heads("v")
         k_t = Op("Transpose", Op("Reshape", Var("k3"), Const("k_shape"), name="k_split"), name="k_t",
@@ -76,7 +101,10 @@ def _variant(layout: str, scale: str, mask: bool) -> Op:
         s = Op("Div", s, Const("scale"), name="scaled")
     if mask:
         s = Op("Add", s, Var("mask"), name="masked", commutative=True)
-    y = Op("MatMul", Op("Softmax", s, name="probs"), v, name="context")
+    p = Op("Softmax", s, name="probs")
+    if guard:
+        p = Op("Where", Op("IsNaN", p, name="nan"), Const("nan_zero"), p, name="guarded")
+    y = Op("MatMul", p, v, name="context")
     if layout == "3d":
         y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Const("out_shape"),
                name="merge_heads")
@@ -85,23 +113,31 @@ def _variant(layout: str, scale: str, mask: bool) -> Op:
 
 class FuseAttention(Rule):
     name = "fuse_attention"
-    description = "MatMul(Q, K^T) [* scale] [+ mask] -> Softmax -> MatMul(V) -> Attention (opset 23), 4-d or 3-d heads"
+    description = ("MatMul(Q, K^T) [* scale] [+ mask] -> Softmax -> MatMul(V) -> Attention (opset 23), 4-d or 3-d "
+                   "heads; com.microsoft MultiHeadAttention (--target ort, 3-d, below opset 23)")
 
     def pattern(self, opset: int) -> list:
         # The 3-d layout first: it takes the head split and merge along.
-        return [_variant(layout, scale, mask) for layout, mask, scale in itertools.product(
-            ("3d", "bhsd", "bshd_k"), (True, False), ("mul", "div", "both", "none"))]
+        return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
+            ("3d", "bhsd", "bshd_k"), (True, False), ("mul", "div", "both", "none"), (True, False))]
 
     def check(self, m: Match) -> Optional[str]:
-        why = opset_reason("Attention", m.opset)
-        if why:
-            return why
+        op = _emitted(m)
+        if op == "Attention":
+            why = opset_reason("Attention", m.opset)
+            if why:
+                return why + ("; MultiHeadAttention takes only the 3-d layout (heads split and merged around it)"
+                              if m.options.target == "ort" else "")
         axis = m["probs"].attributes.get("axis", -1)
         if axis != -1 and axis != len(dims(m["probs"].inputs[0]) or []) - 1:
             return f"the Softmax is over axis {axis}, not the last"
         scale = _scale(m)
         if isinstance(scale, str):
             return scale
+        if scale == 0 and op == "MultiHeadAttention":
+            return "the scale is 0, which MultiHeadAttention reads as 1/sqrt(head size)"
+        if "nan_zero" in m and not (scalar_of(m.array("nan_zero")) == 0 and m.array("nan_zero").ndim <= 4):
+            return f"the NaN guard's '{m['nan_zero'].name}' is not a scalar 0"
         bhst = _layout(m)
         if isinstance(bhst, str):
             return bhst
@@ -111,12 +147,18 @@ class FuseAttention(Rule):
                 return why
             if m.dtype("mask") != _dtype(m):
                 return "the mask's element type is not the inputs'"
-        return dtype_reason("", "Attention", _dtype(m))
+            if _mask_target(m, op, bhst[2]) is not None and m.opset < 8:
+                return f"the mask needs an Expand (to {_mask_target(m, op, bhst[2])}), which needs opset 8"
+        return dtype_reason(MS_DOMAIN if op == "MultiHeadAttention" else "", op, _dtype(m))
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         b, h, s, t = _layout(m)
+        op = _emitted(m)
         attrs = {"scale": float(_scale(m))}
-        if "q3" in m:
+        if op == "MultiHeadAttention":
+            inputs = [m["q3"], m["k3"], m["v3"]]
+            attrs.update(num_heads=h)
+        elif "q3" in m:
             inputs = [m["q3"], m["k3"], m["v3"]]
             attrs.update(q_num_heads=h, kv_num_heads=h)
         elif "k_bshd" in m:
@@ -125,20 +167,53 @@ class FuseAttention(Rule):
         else:
             inputs = [m["q"], m["k"], m["v"]]
         if "mask" in m:
-            mask, mask_dims = m["mask"], dims(m["mask"])
-            if mask_dims[-2] == 1 and s != 1:
-                to = np.ones(len(mask_dims), np.int64)
-                to[-2] = s
-                (mask,) = edit.node("Expand", [mask, edit.constant(to, "mask_over_queries")],
+            mask, to = m["mask"], _mask_target(m, op, s)
+            if to is not None:
+                (mask,) = edit.node("Expand", [mask, edit.constant(np.array(to, np.int64), "mask_over_queries")],
                                     hint=f"{mask.name}_expanded")
+            if op == "MultiHeadAttention":
+                inputs += [None, None]  # bias, key_padding_mask
             inputs.append(mask)
+        domain = MS_DOMAIN if op == "MultiHeadAttention" else ""
+        if domain:
+            import_ms_domain(m.model)
+        # The fused op, then the NaN guard on its output, then the merge's
+        # Reshape when it flattens further: the last of these replaces the root.
+        last = (op, inputs, attrs, domain)
+        if "nan_zero" in m:
+            (y,) = edit.node(op, inputs, attrs, domain=domain)
+            (nan,) = edit.node("IsNaN", [y], hint=f"{y.name}_isnan")
+            # A 0-d zero: the guard's own may be [1, 1, 1, 1], which would broadcast y to 4-d.
+            zero = edit.constant(np.zeros((), m.array("nan_zero").dtype), "nan_zero")
+            last = ("Where", [nan, zero, y], None, "")
         if "q3" in m and _merge(m, _split(m, "q"), _split(m, "v")) == "reshape":
-            allowzero = m.root.attributes.get("allowzero", 0)
-            (y,) = edit.node("Attention", inputs, attrs)
-            edit.replace_root("Reshape", [y, m["out_shape"]], {"allowzero": allowzero})
-        else:
-            edit.replace_root("Attention", inputs, attrs)
+            (y,) = edit.node(last[0], last[1], last[2], domain=last[3])
+            last = ("Reshape", [y, m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)}, "")
+        edit.replace_root(last[0], last[1], last[2], domain=last[3])
         return None
+
+
+def _emitted(m: Match) -> str:
+    """The op this match becomes: Attention (opset 23), unless --target ort
+    finds no Attention in the model's opset and the heads are split and
+    merged around the match (MultiHeadAttention's 3-d layout)."""
+    if m.options.target == "ort" and "q3" in m and opset_reason("Attention", m.opset):
+        return "MultiHeadAttention"
+    return "Attention"
+
+
+def _mask_target(m: Match, op: str, s) -> Optional[list]:
+    """The shape to Expand the mask to (ones but S where the mask has 1
+    there, and 4-d for MultiHeadAttention), or None when it fits as it is."""
+    mask_dims = dims(m["mask"])
+    rank = 4 if op == "MultiHeadAttention" else len(mask_dims)
+    over_queries = mask_dims[-2] == 1 and s != 1
+    if not over_queries and rank == len(mask_dims):
+        return None
+    to = [1] * rank
+    if over_queries:
+        to[-2] = s
+    return to
 
 
 def _dtype(m: Match) -> int:
