@@ -3,8 +3,8 @@ memory and (with two models) an interleaved A/B ratio, in onnxruntime."""
 
 from __future__ import annotations
 
-from pyonnxopt.files import to_json, write_atomic
 from pyonnxopt.cli.render import console
+from pyonnxopt.files import to_json, write_atomic
 
 
 def add_parser(sub):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 
-from pyonnxopt.files import to_json, write_atomic
 from pyonnxopt.cli.render import console
+from pyonnxopt.files import to_json, write_atomic
 
 
 def add_parser(sub):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from pyonnxopt.files import to_json, write_atomic
 from pyonnxopt.cli.render import console
+from pyonnxopt.files import to_json, write_atomic
 
 MISMATCH = 1
 
@@ -29,7 +29,6 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-
     from pyonnxopt.errors import Error
     from pyonnxopt.report import gather, report_page
 
