@@ -3,6 +3,7 @@ seeded inputs that respect dtypes (symbolic dims become 1)."""
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
@@ -69,6 +70,84 @@ class CheckResult:
     first_mismatch: Optional[str] = None
 
 
+class Reference:
+    """The original, run once per output on the check's inputs; `compare`
+    then runs only the candidate. `original`: a loaded session (or what
+    `session` takes); inputs are shaped as `shaped_by` declares them (a
+    session, default the original's) and `inputs` (name -> array) replaces
+    any of them. `required` outputs must all be in every candidate."""
+
+    def __init__(self, original, *, seed: int = 0, inputs: Optional[dict] = None, shaped_by=None,
+                 required: Optional[list] = None, rtol: float = 1e-4, atol: float = 1e-5):
+        if isinstance(original, (str, bytes, os.PathLike)):
+            try:
+                original = session(original)
+            except MissingDependency:
+                raise
+            except Exception as e:  # custom ops, unsupported opsets, ...: onnxruntime's own words
+                raise CheckUnavailable(f"onnxruntime cannot run the original: {first_line(e)}") from e
+        self._session = original
+        self._names = {o.name for o in original.get_outputs()}
+        self.feeds = random_inputs(shaped_by or original, seed)
+        for name, value in (inputs or {}).items():
+            if name not in self.feeds:
+                raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(self.feeds)})")
+            self.feeds[name] = np.asarray(value)
+        self.required, self.rtol, self.atol = list(required or []), rtol, atol
+        self.where = f"seed {seed}" if not inputs else "given inputs"
+        self.seed = None if inputs else seed
+        self._want: dict = {}
+        self._steady = False  # whether the original was seen to give the same outputs twice
+        self._expect(self.required)
+
+    def _run_original(self, names: list) -> list:
+        try:
+            return self._session.run(names, self.feeds)
+        except Exception as e:
+            raise CheckUnavailable(f"onnxruntime cannot run the original on the check's inputs (give them with "
+                                   f"--check-inputs): {first_line(e)}") from e
+
+    def _expect(self, names: list) -> list:
+        missing = [n for n in names if n not in self._want]
+        if missing:
+            self._want.update(zip(missing, self._run_original(missing)))
+        return [self._want[n] for n in names]
+
+    def compare(self, candidate) -> CheckResult:
+        """Every output of `candidate` (a session, a path or serialized bytes)
+        against the original's output of the same name."""
+        if not hasattr(candidate, "run"):
+            try:
+                candidate = session(candidate)
+            except MissingDependency:
+                raise
+            except Exception as e:
+                return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the optimized model: "
+                                                     f"{first_line(e)})")
+        # Its outputs (pruned ones are gone on purpose), each compared with the original's of the same name.
+        names = [o.name for o in candidate.get_outputs()]
+        for name in self.required:
+            if name not in names:
+                return CheckResult(len(names), float("inf"), f"{name}: missing from the optimized model")
+        for name in names:
+            if name not in self._names:
+                return CheckResult(len(names), float("inf"), f"{name}: not an output of the original")
+        want = self._expect(names)  # the original first: inputs it cannot take say nothing about the candidate
+        inputs = {i.name for i in candidate.get_inputs()}
+        try:
+            got = candidate.run(names, {k: v for k, v in self.feeds.items() if k in inputs})
+        except Exception as e:
+            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model: {first_line(e)})")
+        result = _compare_outputs(names, want, got, self.rtol, self.atol, self.where)
+        if result.first_mismatch and not self._steady:
+            again = self._run_original(names)
+            if _compare_outputs(names, want, again, self.rtol, self.atol, "").first_mismatch:
+                raise CheckUnavailable("the original's outputs change from run to run (random ops or training-mode "
+                                       "Dropout): there is nothing to compare with")
+            self._steady = True
+        return result
+
+
 def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5,
             inputs: Optional[dict] = None, shapes_from_optimized: bool = False,
             required_outputs: Optional[list] = None) -> CheckResult:
@@ -86,43 +165,17 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
         loading_a, loading_b = pool.submit(session, original), pool.submit(session, optimized)
         try:
             a = loading_a.result()
-            original_names = {o.name for o in a.get_outputs()}
+        except MissingDependency:
+            raise
         except Exception as e:  # custom ops, unsupported opsets, ...: onnxruntime's own words
             raise CheckUnavailable(f"onnxruntime cannot run the original: {first_line(e)}") from e
         try:
             b = loading_b.result()
         except Exception as e:
             return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the optimized model: {first_line(e)})")
-    feeds = random_inputs(b if shapes_from_optimized else a, seed)
-    for name, value in (inputs or {}).items():
-        if name not in feeds:
-            raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(feeds)})")
-        feeds[name] = np.asarray(value)
-    # The optimized model's outputs (pruned ones are gone on purpose), each
-    # compared with the original's output of the same name.
-    names = [o.name for o in b.get_outputs()]
-    for name in required_outputs or []:
-        if name not in names:
-            return CheckResult(len(names), float("inf"), f"{name}: missing from the optimized model")
-    for name in names:
-        if name not in original_names:
-            return CheckResult(len(names), float("inf"), f"{name}: not an output of the original")
-    try:  # the original first: inputs it cannot take say nothing about the optimized model
-        want = a.run(names, feeds)
-    except Exception as e:
-        raise CheckUnavailable(f"onnxruntime cannot run the original on the check's inputs (give them with "
-                               f"--check-inputs): {first_line(e)}") from e
-    try:
-        got = b.run(names, {k: v for k, v in feeds.items() if k in {i.name for i in b.get_inputs()}})
-    except Exception as e:
-        return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model: {first_line(e)})")
-    result = _compare_outputs(names, want, got, rtol, atol, f"seed {seed}" if not inputs else "given inputs")
-    if result.first_mismatch:
-        again = a.run(names, feeds)
-        if _compare_outputs(names, want, again, rtol, atol, "").first_mismatch:
-            raise CheckUnavailable("the original's outputs change from run to run (random ops or training-mode "
-                                   "Dropout): there is nothing to compare with")
-    return result
+    reference = Reference(a, seed=seed, inputs=inputs, shaped_by=b if shapes_from_optimized else None,
+                          required=required_outputs, rtol=rtol, atol=atol)
+    return reference.compare(b)
 
 
 def _compare_outputs(names, want, got, rtol, atol, where) -> CheckResult:

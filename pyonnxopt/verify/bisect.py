@@ -39,11 +39,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-import numpy as np
-
 from pyonnxopt import check
-from pyonnxopt.check import CheckResult, CheckUnavailable
-from pyonnxopt.errors import Error, MissingDependency, first_line
+from pyonnxopt.check import CheckResult
+from pyonnxopt.errors import Error
 from pyonnxopt.fusion.rule import node_id
 from pyonnxopt.model import Model, load
 from pyonnxopt.optimize import Start, prepare
@@ -51,77 +49,6 @@ from pyonnxopt.passes import PassOptions, run_passes
 
 Progress = Optional[Callable[[str, int], None]]
 VERSION = 1
-
-
-class _Reference:
-    """The original run once on the check's inputs; `compare` then runs only
-    the candidate. Same inputs, tolerances and verdicts as `check.compare`."""
-
-    def __init__(self, original_ref, start_model: Optional[str], *, seed: int, inputs: Optional[dict],
-                 outputs: list, rtol: float, atol: float):
-        try:
-            self._session = check.session(original_ref)
-        except MissingDependency:
-            raise
-        except Exception as e:
-            raise CheckUnavailable(f"onnxruntime cannot run the original: {first_line(e)}") from e
-        self._names = {o.name for o in self._session.get_outputs()}
-        # Inputs fixed during optimization: the original runs on the fixed shapes.
-        shaped_by = check.session(start_model) if start_model is not None else self._session
-        self.feeds = check.random_inputs(shaped_by, seed)
-        for name, value in (inputs or {}).items():
-            if name not in self.feeds:
-                raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(self.feeds)})")
-            self.feeds[name] = np.asarray(value)
-        self.required, self.rtol, self.atol = list(outputs), rtol, atol
-        self.where = f"seed {seed}" if not inputs else "given inputs"
-        self.seed = None if inputs else seed
-        self._want: dict = {}
-        self._steady = False  # whether the original was seen to give the same outputs twice
-        self._expect(self.required)
-
-    def _run_original(self, names: list) -> list:
-        try:
-            return self._session.run(names, self.feeds)
-        except Exception as e:
-            raise CheckUnavailable(f"onnxruntime cannot run the original on the check's inputs (give them with "
-                                   f"--check-inputs): {first_line(e)}") from e
-
-    def _expect(self, names: list) -> list:
-        missing = [n for n in names if n not in self._want]
-        if missing:
-            self._want.update(zip(missing, self._run_original(missing)))
-        return [self._want[n] for n in names]
-
-    def compare(self, candidate) -> CheckResult:
-        """`candidate`: a model file (or serialized bytes)."""
-        try:
-            b = check.session(candidate)
-        except MissingDependency:
-            raise
-        except Exception as e:
-            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the model: {first_line(e)})")
-        names = [o.name for o in b.get_outputs()]
-        for name in self.required:
-            if name not in names:
-                return CheckResult(len(names), float("inf"), f"{name}: missing from the optimized model")
-        for name in names:
-            if name not in self._names:
-                return CheckResult(len(names), float("inf"), f"{name}: not an output of the original")
-        want = self._expect(names)
-        inputs = {i.name for i in b.get_inputs()}
-        try:
-            got = b.run(names, {k: v for k, v in self.feeds.items() if k in inputs})
-        except Exception as e:
-            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the model: {first_line(e)})")
-        result = check._compare_outputs(names, want, got, self.rtol, self.atol, self.where)
-        if result.first_mismatch and not self._steady:
-            again = self._run_original(names)
-            if check._compare_outputs(names, want, again, self.rtol, self.atol, "").first_mismatch:
-                raise CheckUnavailable("the original's outputs change from run to run (random ops or training-mode "
-                                       "Dropout): there is nothing to compare with")
-            self._steady = True
-        return result
 
 
 class _Workspace:
@@ -177,7 +104,7 @@ class PassChecker:
     `checks`: how many it made. Use it as a context manager (or `close` it):
     the checker made by `starting` owns the workspace."""
 
-    def __init__(self, reference: _Reference, workspace: _Workspace, good: str, pinned: Iterable[str] = (),
+    def __init__(self, reference: check.Reference, workspace: _Workspace, good: str, pinned: Iterable[str] = (),
                  progress: Progress = None, owner: bool = False):
         self.reference, self.workspace, self.good, self.pinned = reference, workspace, good, set(pinned)
         self.progress, self._owner, self._own_good = progress, owner, owner
@@ -191,8 +118,10 @@ class PassChecker:
         workspace = _Workspace()
         try:
             good = workspace.save(start.model)
-            reference = _Reference(start.original_ref, good if start.fixed else None, seed=seed, inputs=inputs,
-                                   outputs=start.kept_outputs, rtol=rtol, atol=atol)
+            # Inputs fixed during optimization: the original runs on the fixed shapes.
+            shaped_by = check.session(good) if start.fixed else None
+            reference = check.Reference(start.original_ref, seed=seed, inputs=inputs, shaped_by=shaped_by,
+                                        required=start.kept_outputs, rtol=rtol, atol=atol)
         except BaseException:
             workspace.close()
             raise

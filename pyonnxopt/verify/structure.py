@@ -7,16 +7,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from pyonnxopt.fusion.rule import node_id
 from pyonnxopt.model import Model
-
-
-def node_id(node) -> str:
-    if node.name:
-        return node.name
-    for value in node.outputs:
-        if value is not None:
-            return f"{node.op_type}->{value.name}"
-    return node.op_type
 
 
 def _io_type(value) -> dict:

@@ -12,7 +12,7 @@ import pyonnxopt
 from pyonnxopt import check
 from pyonnxopt.errors import VerificationError
 from pyonnxopt.passes import Pass, PassOptions, PassResult, register, run_passes, unregister
-from pyonnxopt.verify.bisect import _Reference, bisect, describe, log2_bound, render_bisect
+from pyonnxopt.verify.bisect import bisect, describe, log2_bound, render_bisect
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_reference_agrees_with_check_compare():
     good, _ = run_passes(pyonnxopt.load(model), passes=["eliminate_identity"])
     bad = onnx.load_from_string(good.to_bytes())
     bad.graph.node[0].op_type = "Sub"
-    ref = _Reference(model.SerializeToString(), None, seed=3, inputs=None, outputs=["y"], rtol=1e-4, atol=1e-5)
+    ref = check.Reference(model.SerializeToString(), seed=3, required=["y"], rtol=1e-4, atol=1e-5)
     for candidate in (good.to_bytes(), bad.SerializeToString()):
         assert ref.compare(candidate) == check.compare(model.SerializeToString(), candidate, seed=3)
     assert ref.compare(bad.SerializeToString()).first_mismatch
