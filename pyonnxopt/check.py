@@ -32,14 +32,20 @@ def _ort():
     return onnxruntime
 
 
-def session(model_source):
+def session(model_source, external_folder: Optional[str] = None):
     """A CPU session with onnxruntime's own graph optimizations off, so the check
-    compares the two models, not what onnxruntime makes of them."""
+    compares the two models, not what onnxruntime makes of them.
+    `external_folder`: where external data lies when `model_source` is not
+    beside it (a copy in a scratch folder)."""
     ort = _ort()
     ort.set_default_logger_severity(3)  # a failing run is reported by us, in one line
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 3
+    # Idle onnxruntime threads would spin on the cores the other model needs.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if external_folder:
+        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", external_folder)
     return ort.InferenceSession(model_source, opts, providers=["CPUExecutionProvider"])
 
 

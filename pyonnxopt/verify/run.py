@@ -18,7 +18,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from pyonnxopt.errors import Error, first_line
+from pyonnxopt import check
+from pyonnxopt.errors import Error, MissingDependency, first_line
 from pyonnxopt.verify import intermediates as im
 from pyonnxopt.verify.inputs import input_specs, load_samples, random_feeds, validate_feeds
 from pyonnxopt.verify.metrics import DEFAULT_TOLERANCES, compare_arrays, merge, tolerance
@@ -156,22 +157,13 @@ def _session(ref, names: list, scratch: str):
     themselves are compared, not what onnxruntime makes of them) on a copy
     of the model returning `names` too, written in the `scratch` folder
     (and removed once loaded)."""
-    from pyonnxopt.check import _ort
-
-    ort = _ort()
-    ort.set_default_logger_severity(3)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
-    # idle onnxruntime threads would spin on the cores the comparison needs
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if ref.folder:  # external data beside the file, read from the copy's bytes
-        opts.add_session_config_entry("session.model_external_initializers_file_folder_path", ref.folder)
     outputs = {v.name for v in ref.model.graph.outputs}
     copy = os.path.join(scratch, f"{ref.label}.onnx")
     im.write_with_outputs(ref, [n for n in names if n not in outputs], copy)
     try:
-        return ort.InferenceSession(copy, opts, providers=["CPUExecutionProvider"])
+        return check.session(copy, external_folder=ref.folder)
+    except MissingDependency:
+        raise
     except Exception as e:
         raise OnnxRuntimeFailure(f"{ref.where}: onnxruntime cannot load it: {first_line(e)}") from None
     finally:
