@@ -38,7 +38,7 @@ def _known_dims_of(value) -> int:
 
 
 def _dim_score(d) -> int:
-    """0 unknown, 1 onnx's placeholder symbol, 2 a named symbol, 3 a size."""
+    """0 unknown, 1 onnx's generated unk__ symbol, 2 a named symbol, 3 a size."""
     if isinstance(d, int):
         return 3
     if isinstance(d, str) and d:
@@ -48,7 +48,7 @@ def _dim_score(d) -> int:
 
 def _names_more(type_proto, value) -> bool:
     """Same rank, no dim less specific, one more: a named symbol where the
-    value has a placeholder or nothing (sizes are counted by _known_dims)."""
+    value has a generated unk__ name or nothing (sizes are counted by _known_dims)."""
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
         return False
     dims = type_proto.tensor_type.shape.dim

@@ -20,7 +20,7 @@ so one walk in topological order tracks:
   Add/Sub/Mul with 0 or 1 or known ints, Equal, Where, Constant and
   initializers;
 * each value's dims: the inferred ones where they are an int or a symbol
-  that is not onnx's placeholder, else what the op gives from its inputs'
+  that is not one of onnx's generated unk__ names, else what the op gives from its inputs'
   dims (Range, Expand, ConstantOfShape, Reshape, broadcasting elementwise
   ops, MatMul, Transpose, Gather, (Un)Squeeze, shape-keeping unary ops).
 
@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
-_PLACEHOLDER = "unk__"
+_GENERATED = "unk__"
 _MAX_ENTRIES = 64
 
 _UNARY = {"Abs", "Neg", "Relu", "Sqrt", "Exp", "Log", "Erf", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
@@ -57,7 +57,7 @@ _BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "Greate
 
 
 def _is_symbol(d) -> bool:
-    return isinstance(d, str) and d != "" and not d.startswith(_PLACEHOLDER)
+    return isinstance(d, str) and d != "" and not d.startswith(_GENERATED)
 
 
 def _dims_of(type_proto) -> Optional[list]:
@@ -154,7 +154,7 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
 
 class _Walk:
     def __init__(self, graph):
-        self.dims = {}     # name -> list of dims (int | symbol | placeholder str | None)
+        self.dims = {}     # name -> list of dims (int | symbol | generated unk__ str | None)
         self.values = {}   # name -> (entries, scalar)
         self.input_names = {v.name for v in graph.input}
         for v in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -204,7 +204,7 @@ class _Walk:
                 continue
             if len(have) != len(mine):
                 continue
-            # onnx's int or named symbol stays; its placeholder gives way
+            # onnx's int or named symbol stays; its generated unk__ name gives way
             better = [h if _known(h) else (m if _known(m) else h) for h, m in zip(have, mine)]
             if any(_known(b) and not _known(h) for b, h in zip(better, have)):
                 refined[name] = better

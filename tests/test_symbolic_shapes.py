@@ -89,7 +89,7 @@ def test_broadcast_rules():
     assert b([["B"], ["C"]]) == [None]     # could be either
     assert b([[None], ["S"]]) == [None]    # the unknown one could be larger
     assert b([[None], [7]]) == [7]
-    assert b([["unk__3"], [1]]) == [None]  # onnx's placeholder names no dim
+    assert b([["unk__3"], [1]]) == [None]  # onnx's generated unk__ name names no dim
 
 
 def test_reshape_dims_rules():

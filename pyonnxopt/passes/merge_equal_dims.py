@@ -14,8 +14,8 @@ same rank, and their entries are, one by one, the same int or the same
 named symbol (a model declares that dims sharing a `dim_param` are one
 size, as the other passes read it).
 
-Refused (the value stays): an entry onnx's inference left as its `unk__`
-placeholder or unknown; all entries ints (fold_constants' job); a value that
+Refused (the value stays): an entry onnx's inference left as a generated
+`unk__` name or unknown; all entries ints (fold_constants' job); a value that
 is a graph output; a pinned producer; subgraphs and function bodies (a value
 must be merged within its own graph)."""
 

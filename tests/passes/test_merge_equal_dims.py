@@ -1,5 +1,5 @@
 """merge_equal_dims: Shape-derived values that are the same dims merge; dims
-that only look alike (another symbol, onnx's placeholder) stay."""
+that only look alike (another symbol, onnx's generated unk__ name) stay."""
 
 import numpy as np
 import onnx
@@ -64,7 +64,7 @@ def test_whole_shapes_of_the_same_symbolic_shape_merge():
 
 
 def test_dims_that_only_look_alike_stay():
-    # [N,4] and [M,4]: N and M are different symbols; a placeholder is nobody's dim
+    # [N,4] and [M,4]: N and M are different symbols; a generated unk__ name is nobody's dim
     m, r = merge("""g (float[N,4] x, float[M,4] w, float[N,4] v) => (int64 y, int64 z, int64 u) {
         zero = Constant <value = int64 {0}> ()
         sx = Shape(x)
