@@ -152,15 +152,6 @@ def write_with_outputs(ref: ModelRef, names: list, path: str) -> None:
 
 # ---------------------------------------------------------------- sizes
 
-def infer_types(model: Model) -> None:
-    """Types and shapes of intermediates (onnx's inference on a weightless
-    copy), recorded in our in-memory model only; a model onnx cannot infer
-    keeps what it says."""
-    from pyonnxopt.shapes import infer
-
-    infer(model)
-
-
 def dim_symbols(model: Model, feeds: dict) -> dict:
     """Symbolic dim name -> its value in these feeds, from the graph inputs."""
     symbols = {}

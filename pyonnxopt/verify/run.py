@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from pyonnxopt import check
+from pyonnxopt import check, shapes
 from pyonnxopt.errors import Error, MissingDependency, first_line
 from pyonnxopt.verify import intermediates as im
 from pyonnxopt.verify.inputs import input_specs, load_samples, random_feeds, validate_feeds
@@ -73,7 +73,7 @@ def verify(original, optimized, *, inputs=None, seed: int = 0, samples: int = 1,
     output_names = [name for name, _, _ in compared]
     layer_list = []
     if layers:
-        im.infer_types(a.model)
+        shapes.infer(a.model)  # sizes of the intermediates, in our in-memory copy only
         layer_list = im.common_intermediates(a.model, b.model)
         compared += [(i.name, i.op_type, i.order) for i in layer_list]
     info = {name: (op_type, order) for name, op_type, order in compared}

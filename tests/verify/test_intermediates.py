@@ -5,6 +5,7 @@ from onnx import TensorProto, helper, numpy_helper
 from verify_models import W1, W2, chain, save
 
 import pyonnxopt
+from pyonnxopt import shapes
 from pyonnxopt.verify import intermediates as im
 
 
@@ -58,7 +59,7 @@ def test_open_model_takes_bytes_and_protos(tmp_path):
 
 def test_estimated_bytes_resolves_symbolic_dims_from_the_feeds():
     model = pyonnxopt.load(chain(batch="N"))
-    im.infer_types(model)
+    shapes.infer(model)
     symbols = im.dim_symbols(model, {"x": np.zeros((3, 4), np.float32)})
     assert symbols == {"N": 3}
     assert im.estimated_bytes(model, "h1", symbols) == 3 * 4 * 4
@@ -100,5 +101,5 @@ def test_non_tensor_values_are_not_layers():
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
     model = pyonnxopt.load(helper.make_model(seq, opset_imports=[helper.make_opsetid("", 17)]))
-    im.infer_types(model)
+    shapes.infer(model)
     assert names(im.common_intermediates(model, model)) == ["r"]
