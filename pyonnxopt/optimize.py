@@ -13,6 +13,7 @@ from typing import Iterable, Optional, Union
 from pyonnxopt import check, shapes
 from pyonnxopt.errors import Error, ModelError, VerificationError
 from pyonnxopt.model import Model, load
+from pyonnxopt.opset import default_opset, upgrade
 from pyonnxopt.passes import PassOptions, run_passes
 
 REPORT_VERSION = 2
@@ -65,7 +66,7 @@ class Start:
 
 
 def prepare(source, exclude_nodes: Iterable[str] = (), prune_outputs: Iterable[str] = (),
-            input_shapes: Optional[dict] = None, batch: Optional[int] = None) -> Start:
+            input_shapes: Optional[dict] = None, batch: Optional[int] = None, opset: Optional[int] = None) -> Start:
     """The model the passes start from, as `optimize` prepares it."""
     if isinstance(source, Model):  # possibly edited in memory: its current state counts, not its file
         original_ref = source.to_bytes()
@@ -75,6 +76,8 @@ def prepare(source, exclude_nodes: Iterable[str] = (), prune_outputs: Iterable[s
         original_ref = original.path or original.to_bytes()
     # The passes work on their own copy: the caller's model stays as it was.
     model = load(original_ref)
+    if opset is not None:
+        model = upgrade(model, opset, original.path)
     _pin(model, exclude_nodes)
     _prune(model, prune_outputs)
     kept_outputs = [v.name for v in model.graph.outputs]
@@ -101,6 +104,7 @@ def optimize(
     batch: Optional[int] = None,
     check_inputs: Optional[dict] = None,
     target: str = "onnx",
+    opset: Optional[int] = None,
     verify_each_pass: bool = False,
     progress=None,
 ) -> tuple:
@@ -113,13 +117,16 @@ def optimize(
     with the branches only they needed; the check compares the outputs kept.
     `target`: "onnx" emits standard ops only; "ort" lets fusions emit
     onnxruntime's com.microsoft ops (FastGelu, SkipLayerNormalization, ...).
+    `opset` upgrades the model's ai.onnx opset first (onnx's version
+    converter), so that fusions may emit the newer standard ops (Gelu at 20,
+    Attention and RMSNormalization at 23); never a downgrade.
     `verify_each_pass` checks the model against the original after every pass
     that changed it and stops at the first that changes an output, raising
     VerificationError naming that pass and, where it can be isolated, the
     rewrite (see pyonnxopt.verify.bisect)."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
-    start = prepare(source, exclude_nodes, prune_outputs, input_shapes, batch)
+    start = prepare(source, exclude_nodes, prune_outputs, input_shapes, batch, opset)
     original, original_ref, model, kept_outputs, fixed = (start.original, start.original_ref, start.model,
                                                          start.kept_outputs, start.fixed)
     before = _op_counts(original)
@@ -151,7 +158,9 @@ def optimize(
         "op_counts_after": _op_counts(model),
         "inputs_fixed": fixed,
         "options": {"fold_size_limit": fold_size_limit, "allow_lossy": allow_lossy,
-                    "remove_training_residue": remove_training_residue, "target": target},
+                    "remove_training_residue": remove_training_residue, "target": target, "opset": opset},
+        "opset_before": default_opset(original),
+        "opset_after": default_opset(model),
         "iterations": pipeline.iterations,
         "converged": pipeline.converged,
         "passes": [dict(name=r.name, iteration=r.iteration, seconds=r.seconds, modified=r.modified, **r.stats)

@@ -112,11 +112,12 @@ def test_optimize_flags_reach_the_report(cnn_path, tmp_path, capsys):
     report = tmp_path / "r.json"
     rc = main(["optimize", str(cnn_path), str(tmp_path / "o.onnx"), "--fold-size-limit", "64KiB", "--allow-lossy",
                "--remove-training-residue", "--batch", "1", "--check-inputs", str(inputs), "--report", str(report),
-               "--target", "ort"])
+               "--target", "ort", "--opset", "18"])
     assert rc == 0
     r = json.loads(report.read_text())
     assert r["options"] == {"fold_size_limit": 65536, "allow_lossy": True, "remove_training_residue": True,
-                            "target": "ort"}
+                            "target": "ort", "opset": 18}
+    assert (r["opset_before"], r["opset_after"]) == (17, 18)
     assert r["check"]["first_mismatch"] is None and r["check"]["seed"] is None
     assert "checked in onnxruntime: 1 outputs match" in capsys.readouterr().out
     np.savez(inputs, other=x)

@@ -831,16 +831,21 @@ PYBIND11_MODULE(_core, m) {
       py::arg("path"), py::arg("base_dir") = "", py::arg("allow_external_outside") = false);
   m.def(
       "load_bytes",
-      [](py::bytes data, const std::string& base_dir, bool allow_outside) {
+      [](py::bytes data, const std::string& base_dir, bool allow_outside, std::optional<ModelPtr> weights_from) {
         std::string copy = data;
+        proto::LoadOptions options = load_options(base_dir, allow_outside);
+        if (weights_from) options.weights_from = weights_from->get();
         std::unique_ptr<ir::Model> model;
         {
           py::gil_scoped_release nogil;
-          model = proto::load_bytes(std::move(copy), load_options(base_dir, allow_outside));
+          model = proto::load_bytes(std::move(copy), options);
         }
         return ModelPtr(std::move(model));
       },
-      py::arg("data"), py::arg("base_dir") = "", py::arg("allow_external_outside") = false);
+      py::arg("data"), py::arg("base_dir") = "", py::arg("allow_external_outside") = false,
+      py::arg("weights_from") = py::none(),
+      "`weights_from`: a model whose serialize_weightless() these bytes were made from (and rewritten); "
+      "its weights are shared, not copied.");
   py::class_<match::Pattern, std::shared_ptr<match::Pattern>>(m, "Pattern")
       .def(py::init([](const py::list& elements) { return std::make_shared<match::Pattern>(make_pattern(elements)); }),
            "A pattern from element dicts (see pyonnxopt/fusion/pattern.py).")

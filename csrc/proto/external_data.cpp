@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "proto/link.h"
+#include "proto/writer.h"
 
 namespace pyonnxopt::proto {
 namespace {
@@ -112,10 +113,36 @@ class Resolver {
 
 }  // namespace
 
-void resolve_external_data(Model& model, const std::vector<Tensor*>& tensors, bool allow_outside) {
+// The donor's bytes, where the donor keeps them (inline or its external file).
+void adopt_weights(Tensor& t, const std::vector<Tensor*>& donors) {
+  auto fail = [&](const std::string& what) { throw ModelError("tensor '" + t.name.value + "': " + what); };
+  uint64_t index = 0;
+  if (!parse_u64(t.external_key("offset"), index) || index >= donors.size())
+    fail("refers to weight " + t.external_key("offset") + ", which the source model does not have");
+  const Tensor& d = *donors[index];
+  const Blob* payload = d.raw_payload();
+  if (!payload || d.dims != t.dims || d.data_type.value != t.data_type.value)
+    fail("its type or shape differs from the source model's tensor " + std::to_string(index));
+  t.external_data = d.external_data;
+  t.data_location = d.data_location;
+  if (d.is_external()) {
+    t.external_bytes = *payload;
+  } else {
+    t.has_raw_data = true;
+    t.raw_data = *payload;
+  }
+}
+
+void resolve_external_data(Model& model, const std::vector<Tensor*>& tensors, bool allow_outside,
+                           const Model* weights_from) {
   Resolver r(model, allow_outside);
-  for (Tensor* t : tensors)
-    if (t->is_external()) r.resolve(*t);
+  std::vector<Tensor*> donors;
+  if (weights_from) donors = weights_from->all_tensors();
+  for (Tensor* t : tensors) {
+    if (!t->is_external()) continue;
+    if (weights_from && t->external_key("location") == kWeightlessLocation) adopt_weights(*t, donors);
+    else r.resolve(*t);
+  }
 }
 
 }  // namespace pyonnxopt::proto

@@ -53,7 +53,9 @@ std::vector<ir::Tensor*> link_model(ir::Model& model, PendingNames& names);
 
 // Maps each external tensor to its file (lazily) after checking the location
 // stays inside model.base_dir and the byte range lies inside the file.
-void resolve_external_data(ir::Model& model, const std::vector<ir::Tensor*>& tensors, bool allow_outside);
+// `weights_from`: see LoadOptions::weights_from.
+void resolve_external_data(ir::Model& model, const std::vector<ir::Tensor*>& tensors, bool allow_outside,
+                           const ir::Model* weights_from = nullptr);
 
 // Dims are non-negative and the stored bytes or elements match them.
 void check_tensors(const std::vector<ir::Tensor*>& tensors);

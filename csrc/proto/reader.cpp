@@ -421,7 +421,7 @@ std::unique_ptr<Model> parse(std::shared_ptr<const Buffer> buf, const std::strin
   try {
     const std::vector<Tensor*> tensors = link_model(*model, names);
     check_tensors(tensors);
-    resolve_external_data(*model, tensors, options.allow_external_outside);
+    resolve_external_data(*model, tensors, options.allow_external_outside, options.weights_from);
   } catch (const ModelError& e) {
     throw ModelError(label + ": " + e.what());
   }

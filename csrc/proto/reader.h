@@ -16,6 +16,11 @@ struct LoadOptions {
   std::string base_dir;
   // Allow external-data locations outside base_dir (absolute, `..`, symlinks out).
   bool allow_external_outside = false;
+  // Tensors stored as references to kWeightlessLocation (serialize_weightless)
+  // take their bytes from this model's tensor of the same index, shared, not
+  // copied: a graph rewritten outside (onnx's version converter) gets its
+  // weights back.
+  const ir::Model* weights_from = nullptr;
 };
 
 // Throws ir::ModelError naming the file, and where known the tensor or node

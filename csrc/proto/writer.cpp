@@ -527,9 +527,12 @@ std::string serialize(const Model& m) {
 std::string serialize_weightless(const Model& m, uint64_t threshold) {
   Plan plan;
   plan.files.push_back(kWeightlessLocation);
-  for (const Tensor* t : m.all_tensors()) {
-    const Blob* payload = t->raw_payload();
-    if (payload && payload->length > threshold) plan.placed[t] = Placement{0, 0};
+  // The offset is the tensor's index in all_tensors(), so that a copy rewritten
+  // elsewhere can take its bytes back (LoadOptions::weights_from).
+  const std::vector<Tensor*> tensors = m.all_tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Blob* payload = tensors[i]->raw_payload();
+    if (payload && payload->length > threshold) plan.placed[tensors[i]] = Placement{0, i};
   }
   uint64_t n = model_size(m, &plan);
   std::string out;

@@ -41,8 +41,9 @@ SaveResult save_file(const ir::Model& model, const std::string& path, const Save
 std::string serialize(const ir::Model& model);
 // The model with every raw tensor over `threshold` bytes left as an
 // external-data reference to kWeightlessLocation, a file that does not
-// exist: dims and types stay, the weights do not. For shape inference,
-// cheap and never past 2 GB.
+// exist: dims and types stay, the weights do not. For shape inference and
+// onnx's version converter, cheap and never past 2 GB. A reference's offset
+// is the tensor's index in all_tensors() (see LoadOptions::weights_from).
 constexpr const char* kWeightlessLocation = "__pyonnxopt_weightless__";
 std::string serialize_weightless(const ir::Model& model, uint64_t threshold);
 // One TensorProto, inline.

@@ -30,6 +30,9 @@ def add_parser(sub):
     p.add_argument("--batch", type=int, metavar="N", help="fix the first dim of every input whose first dim is dynamic")
     p.add_argument("--target", choices=["onnx", "ort"], default="onnx",
                    help="onnx: standard ops only (default); ort: fusions may emit onnxruntime's com.microsoft ops")
+    p.add_argument("--opset", type=int, metavar="N",
+                   help="first upgrade the model to ai.onnx opset N (onnx's version converter), so fusions may emit "
+                        "newer standard ops: Gelu (20), Attention and RMSNormalization (23); never downgrades")
     p.add_argument("--explain", action="append", default=[], metavar="RULE",
                    help="say where the fusion RULE fired and where it almost did, and why not (repeatable; 'all' for every rule)")
     p.add_argument("--check-inputs", metavar="FILE.npz", help="inputs for the check (name -> array) instead of random ones")
@@ -93,7 +96,7 @@ def run(args) -> int:
                    fold_size_limit=parse_size(args.fold_size_limit, "--fold-size-limit"), allow_lossy=args.allow_lossy,
                    remove_training_residue=args.remove_training_residue, input_shapes=input_shapes, batch=args.batch,
                    check_inputs=load_inputs(args.check_inputs) if args.check_inputs else None, target=args.target,
-                   verify_each_pass=args.verify_each_pass)
+                   opset=args.opset, verify_each_pass=args.verify_each_pass)
     explain = _explained_rules(args.explain)
     with console(stderr=True).status("optimizing") as status:
         def progress(name, iteration):
@@ -171,6 +174,8 @@ def render(report: dict) -> None:
                            str(r.get("nodes_removed", 0)), str(r.get("initializers_removed", 0)),
                            "; ".join(r.get("refused", []))[:120])
     out.print(passes)
+    if report["opset_after"] != report["opset_before"]:
+        out.print(f"opset upgraded: {report['opset_before']} -> {report['opset_after']}")
     if report.get("inputs_fixed"):
         out.print(f"inputs fixed: {', '.join(report['inputs_fixed'])}")
     skipped = [x for r in report["passes"] if r["name"].startswith("fold_constants") for x in r.get("refused", [])]

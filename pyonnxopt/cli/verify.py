@@ -52,6 +52,7 @@ def add_parser(sub):
     p.add_argument("--passes", help="with --bisect: the passes optimize ran (comma-separated; default: all)")
     p.add_argument("--skip", action="append", default=[], metavar="PASS", help="with --bisect: a pass optimize skipped")
     p.add_argument("--target", choices=["onnx", "ort"], default="onnx", help="with --bisect: optimize's --target")
+    p.add_argument("--opset", type=int, metavar="N", help="with --bisect: optimize's --opset")
     p.set_defaults(run=run)
 
 
@@ -146,7 +147,7 @@ def run(args) -> int:
             render_bisect(result["bisect"], console())
             if result["bisect"]["ok"]:
                 console().print("the pipeline re-run from the original with these flags keeps the outputs; the "
-                                "optimized model was made with other flags (give the same --passes/--skip/--target)")
+                                "optimized model was made with other flags (give the same --passes/--skip/--target/--opset)")
     return 0 if result["ok"] else MISMATCH
 
 

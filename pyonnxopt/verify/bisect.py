@@ -301,7 +301,7 @@ def describe(found: dict) -> str:
 def bisect(original, *, passes: Optional[Iterable[str]] = None, skip: Iterable[str] = (),
            options: Optional[PassOptions] = None, max_iterations: int = 10, exclude_nodes: Iterable[str] = (),
            prune_outputs: Iterable[str] = (), input_shapes: Optional[dict] = None, batch: Optional[int] = None,
-           seed: int = 0, inputs: Optional[dict] = None, rtol: float = 1e-4, atol: float = 1e-5,
+           opset: Optional[int] = None, seed: int = 0, inputs: Optional[dict] = None, rtol: float = 1e-4, atol: float = 1e-5,
            rollback_output=None, progress: Progress = None) -> dict:
     """Runs the pipeline from `original` (path, bytes, ModelProto or Model)
     as `optimize` would, checking after each pass; see the module docstring.
@@ -311,7 +311,7 @@ def bisect(original, *, passes: Optional[Iterable[str]] = None, skip: Iterable[s
     started = time.perf_counter()
     options = options or PassOptions()
     skip = list(skip)
-    start = prepare(original, exclude_nodes, prune_outputs, input_shapes, batch)
+    start = prepare(original, exclude_nodes, prune_outputs, input_shapes, batch, opset)
     with PassChecker.starting(start, seed=seed, inputs=inputs, rtol=rtol, atol=atol, progress=progress) as checker:
         return _bisect(checker, start, started, passes=passes, skip=skip, options=options,
                        max_iterations=max_iterations, rollback_output=rollback_output, progress=progress)
@@ -382,7 +382,7 @@ def render_bisect(result: dict, console) -> None:
 def bisect_cli(args) -> dict:
     """`verify ORIGINAL OPTIMIZED --bisect`: reads args.original and, where
     the parser has them, args.passes (comma-separated), args.skip (list),
-    args.target, args.seed, args.inputs / args.check_inputs (.npz, or what
+    args.target, args.opset, args.seed, args.inputs / args.check_inputs (.npz, or what
     pyonnxopt.verify.inputs.load_samples reads: the first sample is used)
     and args.rollback_output. Returns the bisection's result."""
     from pyonnxopt.cli.render import console
@@ -404,7 +404,8 @@ def bisect_cli(args) -> dict:
         def progress(what, iteration):
             status.update(f"bisecting: {what} (iteration {iteration})")
 
-        return bisect(original, passes=names, skip=skip, options=options, seed=getattr(args, "seed", 0) or 0,
+        return bisect(original, passes=names, skip=skip, options=options, opset=getattr(args, "opset", None),
+                      seed=getattr(args, "seed", 0) or 0,
                       inputs=inputs, rollback_output=getattr(args, "rollback_output", None), progress=progress)
 
 

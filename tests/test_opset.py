@@ -1,0 +1,157 @@
+"""--opset: the model is upgraded by onnx's version converter before the
+passes, its weights shared with the original (never copied), and the newer
+standard ops become fusion targets (Attention at 23)."""
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper, parser
+
+import pyonnxopt
+from pyonnxopt.check import session
+from pyonnxopt.errors import Error
+from pyonnxopt.opset import default_opset, newest_opset, upgrade
+
+# ReduceMean and Split change between opsets 17 and 18 (axes and split
+# attributes become inputs); w is 16 KiB, so it travels as a reference.
+CHANGING = """
+<ir_version: 8, opset_import: ["" : 13]>
+g (float[2,64] x) => (float[2] m, float[2,32] a, float[2,32] b) {
+    y = MatMul(x, w)
+    m = ReduceMean <axes = [1], keepdims = 0> (y)
+    a, b = Split <axis = 1> (y)
+}"""
+
+# Heads split and merged around MatMul/Softmax/MatMul, as torch exports
+# attention at opset 17: only opset 23's Attention absorbs the Transposes.
+ATTENTION = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2,5,32] q3, float[2,6,32] k3, float[2,6,32] v3) => (float[2,5,32] y)
+    <int64[4] qsh = {2, 5, -1, 8}, int64[4] ksh = {2, 6, -1, 8}, int64[3] osh = {2, 5, -1},
+     float c = {0.35355339}> {
+    qr = Reshape(q3, qsh)  qh = Transpose <perm = [0, 2, 1, 3]> (qr)
+    kr = Reshape(k3, ksh)  kt = Transpose <perm = [0, 2, 3, 1]> (kr)
+    vr = Reshape(v3, ksh)  vh = Transpose <perm = [0, 2, 1, 3]> (vr)
+    qk = MatMul(qh, kt)  s = Mul(qk, c)  p = Softmax <axis = -1> (s)  ctx = MatMul(p, vh)
+    ct = Transpose <perm = [0, 2, 1, 3]> (ctx)  y = Reshape(ct, osh)
+}"""
+
+
+def changing_model() -> onnx.ModelProto:
+    proto = parser.parse_model(CHANGING)
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    proto.graph.initializer.append(numpy_helper.from_array(w, "w"))
+    return proto
+
+
+def run(model, feeds: dict) -> list:
+    data = model if isinstance(model, (str, bytes)) else model.to_bytes()
+    return session(data).run(None, feeds)
+
+
+def feeds_for(proto: onnx.ModelProto) -> dict:
+    rng = np.random.default_rng(1)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in proto.graph.input}
+
+
+def test_changed_ops_are_rewritten_and_outputs_kept(tmp_path):
+    proto = changing_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    original = pyonnxopt.load(str(path))
+    up = upgrade(original, 18)
+    assert default_opset(up) == 18 and up.ir_version >= 8
+    by_op = {n.op_type: n for n in up.nodes()}
+    assert len(by_op["ReduceMean"].inputs) == 2 and "axes" not in by_op["ReduceMean"].attributes
+    assert len(by_op["Split"].outputs) == 2
+    feeds = feeds_for(proto)
+    for want, got in zip(run(str(path), feeds), run(up, feeds)):
+        np.testing.assert_array_equal(want, got)
+    onnx.checker.check_model(up.to_onnx(), full_check=True)
+
+
+def test_weights_are_shared_with_the_original_not_copied(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(changing_model(), path)
+    original = pyonnxopt.load(str(path))
+    up = upgrade(original, 18)
+    before = {t.name: t.numpy() for t in original.initializers()}["w"]
+    after = {t.name: t.numpy() for t in up.initializers()}["w"]
+    assert np.shares_memory(before, after)  # both views of the memory-mapped file
+
+
+def test_external_data_stays_external_and_the_input_is_untouched(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    onnx.save(changing_model(), src / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=0)
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    out = tmp_path / "out" / "o.onnx"
+    out.parent.mkdir()
+    model, report = pyonnxopt.optimize(str(src / "m.onnx"), str(out), opset=18)
+    assert report["opset_before"] == 13 and report["opset_after"] == 18
+    assert report["check"]["first_mismatch"] is None
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
+    written = onnx.load(str(out), load_external_data=False)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in written.graph.initializer)
+    assert [o.version for o in written.opset_import if o.domain == ""] == [18]
+
+
+def test_the_same_version_returns_the_model_itself():
+    model = pyonnxopt.load(changing_model())
+    assert upgrade(model, 13) is model
+
+
+@pytest.mark.parametrize("version, words", [
+    (12, "is at opset 13; pyonnxopt only upgrades"),
+    (10_000, "knows opsets up to"),
+])
+def test_downgrades_and_unknown_versions_are_refused(version, words):
+    with pytest.raises(Error, match=words):
+        upgrade(pyonnxopt.load(changing_model()), version)
+
+
+def test_a_model_with_functions_is_refused_rather_than_broken():
+    proto = parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17, "local" : 1]>
+    g (float[2] x) => (float[2] y) { y = local.twice(x) }
+    <domain: "local", opset_import: ["" : 17]>
+    twice (a) => (b) { b = Add(a, a) }""")
+    with pytest.raises(Error, match="model-local functions \\(twice"):
+        upgrade(pyonnxopt.load(proto), 23)
+
+
+def test_an_op_onnx_does_not_know_is_named():
+    proto = parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2] x) => (float[2] y) { y = Frobnicate(x) }""")
+    proto.graph.node[0].name = "odd"
+    with pytest.raises(Error, match="node odd of .* is a Frobnicate, which is not an ai.onnx op"):
+        upgrade(pyonnxopt.load(proto), 23)
+
+
+def test_opset_23_lets_attention_absorb_the_head_transposes(tmp_path):
+    path, out = tmp_path / "a.onnx", tmp_path / "o.onnx"
+    onnx.save(parser.parse_model(ATTENTION), path)
+    plain, _ = pyonnxopt.optimize(str(path))
+    assert sum(n.op_type == "Transpose" for n in plain.nodes()) == 4
+    r = subprocess.run([sys.executable, "-m", "pyonnxopt", "optimize", str(path), str(out), "--opset", "23"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "opset upgraded: 17 -> 23" in r.stdout and "outputs match" in r.stdout
+    ops = [n.op_type for n in pyonnxopt.load(str(out)).nodes()]
+    assert ops == ["Attention"]
+
+
+def test_cli_names_the_flag_in_one_line(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(changing_model(), path)
+    r = subprocess.run([sys.executable, "-m", "pyonnxopt", "optimize", str(path), str(tmp_path / "o.onnx"),
+                        "--opset", str(newest_opset() + 1)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [f"pyonnxopt: error: --opset {newest_opset() + 1}: the installed onnx "
+                                             f"{onnx.__version__} knows opsets up to {newest_opset()}"]
+    assert not (tmp_path / "o.onnx").exists()
