@@ -196,7 +196,8 @@ def _stats(samples: list, order: str, clock: str) -> dict:
     p25, p75 = _quartiles(times)
     return {"ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times), "p25_ms": 1e3 * p25,
             "p75_ms": 1e3 * p75, "clock": clock, "wall_ms": 1e3 * statistics.median(wall),
-            "cpu_ms": 1e3 * statistics.median(cpu), "runs": len(times), "order": order}
+            "cpu_ms": 1e3 * statistics.median(cpu), "runs": len(times), "order": order,
+            "samples_ms": [round(1e3 * t, 4) for t in times]}  # in run order: interleaved runs pair up by index
 
 
 def _planned_runs(runs: int, per_run_s: float, budget_s: float) -> int:

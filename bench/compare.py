@@ -61,6 +61,8 @@ TOOLS = {
     "pyonnxopt-nocheck": (("pyonnxopt",), "pyonnxopt optimize IN OUT --no-check"),
     "pyonnxopt": (("pyonnxopt",), "pyonnxopt optimize IN OUT (default: checks the result in onnxruntime)"),
     "pyonnxopt-ort": (("pyonnxopt",), "pyonnxopt optimize IN OUT --no-check --target ort (com.microsoft ops allowed)"),
+    "pyonnxopt-opset23": (("pyonnxopt",), "pyonnxopt optimize IN OUT --no-check --opset 23 (upgraded first: Attention, "
+                                          "RMSNormalization, Gelu become targets)"),
     "onnxsim": (("onnxsim",), "onnxsim IN OUT (defaults: no check_n)"),
     "onnxslim": (("onnxslim",), "onnxslim IN OUT (defaults)"),
     "onnxoptimizer": (("onnxoptimizer",), "python -m onnxoptimizer IN OUT (default fuse-and-elimination passes)"),
@@ -69,9 +71,10 @@ TOOLS = {
     "ort-basic": (("onnxruntime",), "onnxruntime SessionOptions.optimized_model_filepath at ORT_ENABLE_BASIC"),
 }
 # Not run unless asked for (`--tools default,pyonnxopt-ort`): one more result to evaluate and time per model.
-OPT_IN = ("pyonnxopt-ort",)
+OPT_IN = ("pyonnxopt-ort", "pyonnxopt-opset23")
 DEFAULT_TOOLS = [t for t in TOOLS if t not in OPT_IN]
-PYONNXOPT_FLAGS = {"pyonnxopt-nocheck": ["--no-check"], "pyonnxopt": [], "pyonnxopt-ort": ["--no-check", "--target", "ort"]}
+PYONNXOPT_FLAGS = {"pyonnxopt-nocheck": ["--no-check"], "pyonnxopt": [], "pyonnxopt-ort": ["--no-check", "--target", "ort"],
+                   "pyonnxopt-opset23": ["--no-check", "--opset", "23"]}
 
 # ---------------------------------------------------------------- running one tool
 

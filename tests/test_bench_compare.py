@@ -377,3 +377,42 @@ def test_zoo_paths_are_absolute_when_the_zoo_is_given_relative(tmp_path, monkeyp
     a = compare.argparse.Namespace(models="resnet50", no_build=True, zoo="zoo", big=None)
     ((name, path, _, big, sha256),) = compare._models(a)
     assert (name, path, big, sha256) == ("resnet50", str(tmp_path / "zoo" / "resnet50" / "model.onnx"), False, "abc")
+
+
+def interleaved(samples):
+    return {"ms": sorted(samples)[len(samples) // 2], "p25_ms": min(samples), "p75_ms": max(samples),
+            "runs": len(samples), "order": "interleaved, rounds of 1", "samples_ms": samples}
+
+
+def test_paired_latency_chooses_on_even_rounds_and_measures_on_odd():
+    # Three peers with the same graph as ours: the same time but a different
+    # lucky round each. By their medians the luckiest wins and we read slow; by
+    # rounds the choice (even rounds) and the ratio (odd rounds) are apart.
+    base = [100.0] * 8
+    peers = {}
+    for i, name in enumerate(("a", "b", "c")):
+        samples = list(base)
+        samples[2 * i + 1] = 90.0  # lucky on an odd round only: must not count for the choice
+        peers[name] = interleaved(samples)
+    peers["slow"] = interleaved([130.0] * 8)
+    best, ratio, (low, high) = _goals.paired_latency(interleaved(list(base)), peers)
+    assert best in ("a", "b", "c") and ratio == pytest.approx(1.0)
+    assert low <= 1 <= high
+
+
+def test_paired_latency_needs_interleaved_runs_of_the_same_count():
+    mine = interleaved([10.0] * 8)
+    assert _goals.paired_latency(mine, {"a": interleaved([10.0] * 6)}) is None
+    assert _goals.paired_latency(interleaved([10.0] * 4), {"a": interleaved([10.0] * 4)}) is None
+    back_to_back = dict(mine, order="back to back")
+    assert _goals.paired_latency(back_to_back, {"a": interleaved([10.0] * 8)}) is None
+
+
+def test_model_ratios_use_the_paired_ratio_when_samples_are_there():
+    rows = rows_with_ort_peer()
+    rows["pyonnxopt"]["latency"]["disable"] = interleaved([9.0, 9.5] * 4)
+    rows["onnxsim"]["latency"]["disable"] = interleaved([10.0, 9.5] * 4)
+    r = _goals.model_ratios(rows, LEVELS)["pyonnxopt"]
+    assert r["latency_method"] == {"disable": "paired", "all": "medians"}
+    assert r["latency_vs_best_peer"]["disable"] == pytest.approx(1.0)  # odd rounds: 9.5 / 9.5
+    assert r["latency_within_noise"]["disable"] is False
