@@ -1,0 +1,98 @@
+"""The README's fusion table from compare.py JSON files: nodes, Transposes
+and latency against the best peer, for pyonnxopt (--no-check) and, where
+the run has it, pyonnxopt --opset 23.
+
+    python bench/readme_table.py bench/out/compare-paired-1.json bench/out/compare-paired-2.json
+
+Ratios are compare.py's own (bench/_goals.py: the best peer chosen on even
+rounds, the ratio over odd ones). Models where no tool's result can be
+compared (train-mode exports: random outputs) are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _goals  # noqa: E402
+import _util  # noqa: E402
+
+MAIN, UPGRADED = "pyonnxopt-nocheck", "pyonnxopt-opset23"
+LEVELS = ("disable", "all")
+
+
+def _ratio(x) -> str:
+    return "–" if x is None else ("fails" if x == float("inf") else f"{x:.2f}")
+
+
+def _best_nodes(rows: dict, tool: str) -> "tuple | None":
+    peers, _ = _goals.counted_peers(rows, tool)
+    counts = {p: rows[p]["nodes"] for p in peers if rows[p].get("nodes") is not None}
+    if not counts:
+        return None
+    best = min(counts.values())
+    return best, sorted(p for p, n in counts.items() if n == best)
+
+
+def table_rows(doc: dict) -> list:
+    out = []
+    for name, model in doc["models"].items():
+        rows, ratios = model["rows"], model.get("ratios", {})
+        best = _best_nodes(rows, MAIN)
+        if best is None or MAIN not in ratios:
+            continue
+        mine, upgraded = rows[MAIN], rows.get(UPGRADED)
+        row = {"model": name, "export": rows["original"]["nodes"], "best": best, "nodes": mine.get("nodes"),
+               "t_export": rows["original"].get("transposes"), "t": mine.get("transposes"),
+               "lat": {lv: ratios[MAIN]["latency_vs_best_peer"].get(lv) for lv in LEVELS}}
+        if upgraded and UPGRADED in ratios and _goals.good(upgraded):
+            row["up"] = {"nodes": upgraded["nodes"], "t": upgraded.get("transposes"),
+                         "lat": {lv: ratios[UPGRADED]["latency_vs_best_peer"].get(lv) for lv in LEVELS}}
+        out.append(row)
+    return out
+
+
+def markdown(rows: list) -> str:
+    lines = ["| model | nodes: export | best peer | pyonnxopt | Transposes: export → pyonnxopt | latency vs best "
+             "peer, opt. off / default | `--opset 23`: nodes, Transposes | … latency, opt. off / default |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        best, tools = r["best"]
+        nodes = f"**{r['nodes']}**" if r["nodes"] is not None and r["nodes"] <= best else str(r["nodes"])
+        up = r.get("up")
+        up_nodes = f"{up['nodes']}, {up['t']}" if up else "–"
+        up_lat = " / ".join(_ratio(up["lat"][lv]) for lv in LEVELS) if up else "–"
+        lines.append(f"| {r['model']} | {r['export']} | {best} ({', '.join(tools)}) | {nodes} | "
+                     f"{r['t_export']} → {r['t']} | {' / '.join(_ratio(r['lat'][lv]) for lv in LEVELS)} | "
+                     f"{up_nodes} | {up_lat} |")
+    return "\n".join(lines)
+
+
+def summary(rows: list) -> str:
+    out = []
+    for label, pick in (("pyonnxopt", lambda r: r), ("--opset 23", lambda r: r.get("up"))):
+        for lv in LEVELS:
+            values = [pick(r)["lat"][lv] for r in rows if pick(r) and pick(r)["lat"][lv] not in (None, float("inf"))]
+            if values:
+                worst = max(values)
+                out.append(f"{label}, latency at '{lv}': geomean {_util.geomean(values):.3f}, median "
+                           f"{_util.median(values):.3f}, worst {worst:.2f} over {len(values)} models")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    paths = argv if argv is not None else sys.argv[1:]
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            rows += table_rows(json.load(f))
+    print(markdown(rows))
+    print()
+    print(summary(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
