@@ -2,7 +2,7 @@
 and latency against the best peer, for pyonnxopt (--no-check) and, where
 the run has it, pyonnxopt --opset 23.
 
-    python bench/readme_table.py bench/out/compare-paired-1.json bench/out/compare-paired-2.json
+    python bench/readme_table.py bench/out/compare-paired-1.json bench/out/compare-paired-2.json [rerun.json]
 
 Ratios are compare.py's own (bench/_goals.py: the best peer chosen on even
 rounds, the ratio over odd ones). Models where no tool's result can be
@@ -84,10 +84,12 @@ def summary(rows: list) -> str:
 
 def main(argv=None) -> int:
     paths = argv if argv is not None else sys.argv[1:]
-    rows = []
+    by_model = {}  # a model in a later file (a re-run) replaces its earlier row, keeping its place
     for path in paths:
         with open(path) as f:
-            rows += table_rows(json.load(f))
+            for row in table_rows(json.load(f)):
+                by_model[row["model"]] = row
+    rows = list(by_model.values())
     print(markdown(rows))
     print()
     print(summary(rows))
