@@ -12,8 +12,9 @@ float16/bfloat16 weights are computed in float32 and rounded once.
 `backend=None` picks by size (`choose_backend`, fold/select.py): numpy for
 small tensors, numba for big ones when it imports (from 1 GB while numba is
 not loaded in the process, since loading it costs 1.8 s or more; from 16 MB
-once it is), cupy from 1 GB when it imports and sees a CUDA device; whatever is
-missing falls back to numpy silently. Asking for a backend by name that
+once it is); cupy only by name or PYONNXOPT_CUPY_THRESHOLD (measured on an
+H200, it lost to numba everywhere: fold/select.py); whatever is missing
+falls back to numpy silently. Asking for a backend by name that
 cannot run raises BackendUnavailable. numba and cupy are imported only when
 chosen. The thresholds come from bench/fold_backends.py (bench/README.md);
 PYONNXOPT_NUMBA_THRESHOLD and PYONNXOPT_CUPY_THRESHOLD (bytes) override them.

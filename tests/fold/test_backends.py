@@ -257,6 +257,56 @@ def test_matmul_backends(backend):
             np.testing.assert_allclose(have.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
 
 
+@pytest.fixture
+def tiny_gpu_pieces(monkeypatch):
+    """cupy's backend cutting work into pieces of 96 bytes, so that small
+    weights cross every kind of piece boundary (the real pieces are 256 MB)."""
+    if _skip_reason("cupy"):
+        pytest.skip(_skip_reason("cupy"))
+    from pyonnxopt.fold import cupy_backend
+
+    monkeypatch.setattr(cupy_backend, "_PIECE", 96)
+
+
+# Rows of [rows, inner] longer than a piece (cut along their length), exactly
+# one row per piece, several rows per piece with a short last one, and
+# grouped weights whose pieces straddle groups.
+PIECE_CASES = [((7, 5, 3, 3), 0, 1), ((6, 40), 0, 1), ((3, 100), 1, 1), ((2, 3, 50), 1, 1),
+               ((4, 3, 2, 2), 1, 2), ((6, 5, 3), 1, 3)]
+
+
+@pytest.mark.parametrize("shape,axis,groups", PIECE_CASES)
+def test_cupy_pieces_scale(tiny_gpu_pieces, shape, axis, groups):
+    for dtype in (np.float32, np.float16, np.float64):
+        w = random(shape, dtype)
+        s = np.random.default_rng(1).standard_normal(groups * shape[axis])
+        assert_same_bits(fold.scale_channels(w, s, axis, backend="cupy", groups=groups),
+                         fold.scale_channels(w, s, axis, backend="numpy", groups=groups))
+
+
+def test_cupy_pieces_cast(tiny_gpu_pieces):
+    x = random((1001,), np.float32, scale=1000)
+    for src, dst in [(np.float32, np.float16), (np.float16, np.float32), (np.float64, np.float32), (np.float32, np.int32)]:
+        a = readonly(x.astype(src))
+        assert_same_bits(fold.cast(a, dst, backend="cupy"), fold.cast(a, dst, backend="numpy"))
+
+
+@pytest.mark.slow
+def test_cupy_real_pieces_of_a_big_weight():
+    """A 640 MB float32 weight: several real 256 MB pieces of whole rows,
+    rows of 320 MB cut along their length, a cast and a whole-array transpose."""
+    if _skip_reason("cupy"):
+        pytest.skip(_skip_reason("cupy"))
+    w = random((256, 1 << 16, 10), np.float32)
+    s0 = np.random.default_rng(1).standard_normal(256)
+    for weight, s, axis in [(w, s0, 0), (w.reshape(2, 1, -1), s0[:1], 1)]:
+        assert_same_bits(fold.scale_channels(weight, s, axis, backend="cupy"),
+                         fold.scale_channels(weight, s, axis, backend="numpy"))
+    assert_same_bits(fold.cast(w, np.float16, backend="cupy"), fold.cast(w, np.float16, backend="numpy"))
+    m = w.reshape(256 * 10, -1)
+    assert_same_bits(fold.transpose(m, (1, 0), backend="cupy"), fold.transpose(m, (1, 0), backend="numpy"))
+
+
 # ---- against onnxruntime
 
 
@@ -265,6 +315,7 @@ def _run(nodes, inits, x):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                           [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # onnx's newest (14 in onnx 1.23) is past what older onnxruntimes load (1.30: 13)
     return session(model.SerializeToString()).run(None, {"x": x})[0]
 
 
