@@ -22,7 +22,8 @@ so one walk in topological order tracks:
 * each value's dims: the inferred ones where they are an int or a symbol
   that is not one of onnx's generated unk__ names, else what the op gives from its inputs'
   dims (Range, Expand, ConstantOfShape, Reshape, broadcasting elementwise
-  ops, MatMul, Transpose, Gather, (Un)Squeeze, shape-keeping unary ops).
+  ops, MatMul, Transpose, Gather, (Un)Squeeze, Attention, shape-keeping
+  unary ops and normalizations).
 
 A dim is only ever given a value that holds for every input the model
 accepts. The rules for that:
@@ -50,7 +51,9 @@ _MAX_ENTRIES = 64
 
 _UNARY = {"Abs", "Neg", "Relu", "Sqrt", "Exp", "Log", "Erf", "Sigmoid", "Tanh", "Softmax", "LogSoftmax",
           "Identity", "Cast", "Not", "Floor", "Ceil", "Round", "Sign", "Reciprocal", "Gelu", "LeakyRelu",
-          "HardSigmoid", "Softplus", "Elu", "Selu", "Sin", "Cos", "IsNaN", "IsInf", "CastLike", "Clip"}
+          "HardSigmoid", "Softplus", "Elu", "Selu", "Sin", "Cos", "IsNaN", "IsInf", "CastLike", "Clip",
+          "LayerNormalization", "RMSNormalization", "BatchNormalization", "InstanceNormalization",
+          "GroupNormalization", "Dropout", "HardSwish", "Mish"}  # first output: the first input's shape
 _BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "Greater", "LessOrEqual",
               "GreaterOrEqual", "And", "Or", "Xor", "Where", "Min", "Max", "PRelu", "BitwiseAnd",
               "BitwiseOr", "BitwiseXor"}
@@ -309,6 +312,8 @@ class _Walk:
                 return None
             batch = broadcast([a[:-2], b[:-2]])
             return None if batch is None else batch + [a[-2], b[-1]]
+        if op == "Attention" and len(d) >= 3 and d[0] is not None and d[2] is not None:
+            return _attention_dims(d[0], d[2], attrs)
         if op == "Transpose" and d[0] is not None:
             perm = list(attrs["perm"].ints) if "perm" in attrs else list(reversed(range(len(d[0]))))
             return [d[0][p] for p in perm] if sorted(perm) == list(range(len(d[0]))) else None
@@ -395,6 +400,19 @@ def _binary(op, x, y):
     if op == "Mul" and (x == 1 or y == 1):
         return y if x == 1 else x
     return None
+
+
+def _attention_dims(q: list, v: list, attrs) -> Optional[list]:
+    """Attention's output: [B, S, H*Dv] from 3-d q and v (Dv = v's last
+    dim / kv_num_heads), [B, H, S, Dv] from 4-d ones."""
+    if len(q) == 4 and len(v) == 4:
+        return [q[0], q[1], q[2], v[3]]
+    heads_q = attrs["q_num_heads"].i if "q_num_heads" in attrs else 0
+    heads_kv = attrs["kv_num_heads"].i if "kv_num_heads" in attrs else 0
+    if len(q) != 3 or len(v) != 3 or not heads_q or not heads_kv or not isinstance(v[2], int) \
+            or v[2] % heads_kv:
+        return None
+    return [q[0], q[1], v[2] // heads_kv * heads_q]
 
 
 def refine(graph) -> int:

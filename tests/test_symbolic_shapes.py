@@ -230,3 +230,22 @@ def test_second_run_changes_nothing():
     first = m.to_bytes()
     m2, _ = run_passes(pyonnxopt.load(first))
     assert [n.op_type for n in m2.graph.nodes] == [n.op_type for n in m.graph.nodes]
+
+
+def test_normalizations_and_attention_keep_the_symbols():
+    # onnx names RMSNormalization's output dims afresh (unk__): a fused T5
+    # block would lose its batch and sequence for every block after it.
+    m, r = run_pass("infer_shapes", parse("""g (float[B,S,8] x, float[B,T,8] kv) => (float y)
+            <float[8] w = {1,1,1,1,1,1,1,1}> {
+        n = RMSNormalization <axis = -1> (x, w)
+        a = Attention <q_num_heads = 2, kv_num_heads = 2> (n, kv, kv)
+        b = Relu(a)
+        y = ReduceSum <keepdims = 0> (b)
+    }""", 23))
+    assert shape_of(m, "n") == ["B", "S", 8]
+    assert shape_of(m, "a") == ["B", "S", 8] and shape_of(m, "b") == ["B", "S", 8]
+
+
+def test_attention_of_4d_heads_gives_the_queries_and_value_size():
+    dims = symbolic_shapes._attention_dims(["B", 4, "S", 8], ["B", 4, "T", 16], {})
+    assert dims == ["B", 4, "S", 16]

@@ -261,6 +261,44 @@ const char* reduce(const PushQuery& q, int64_t opset, Push& out) {
   return nullptr;
 }
 
+// Squeeze drops the axes it names, as a Reduce with keepdims=0 would.
+// Without axes which ones go depends on their sizes: refused.
+const char* squeeze(const PushQuery& q, int64_t opset, Push& out) {
+  const Node& n = q.node;
+  IntList axes = int_list(q.model, q.graph, n, "axes", 1, 13);
+  if (axes.why) return refuse(out, "axes " + quoted(n.inputs[1]) + " " + axes.why);
+  if (!axes.present || axes.values.empty()) return "Squeeze without axes: which axes go depends on their sizes";
+  if (const char* why = start(q, out, 1)) return why;
+  std::vector<int64_t> mapped;
+  if (!map_axes(q, axes.values, mapped)) return "axes out of range";
+  std::vector<bool> dropped(q.perm.size(), false);
+  for (int64_t a : axes.values) dropped[static_cast<size_t>(normalized(a, rank_of(q)))] = true;
+  if (opset ? opset < 13 : n.attribute("axes") != nullptr) {
+    out.attributes.push_back(ints_attribute("axes", mapped));
+  } else {
+    out.inputs[1].kind = PushedInput::kReplaced;
+    out.inputs[1].tensor = int_tensor(mapped, known_elem_type(n.inputs[1]));
+  }
+  out.outputs[0] = reduced_output(q.perm, dropped, false);
+  return nullptr;
+}
+
+// Gather with one constant index drops its axis (torch's unbind, q/k/v
+// taken out of a packed projection); more indices would add axes there.
+const char* gather(const PushQuery& q, Push& out) {
+  const Node& n = q.node;
+  const Tensor* index = n.inputs.size() > 1 ? constant_of(n.inputs[1]) : nullptr;
+  if (!index || !index->dims.empty()) return "the indices are not one constant (a scalar): they would add axes";
+  const int64_t a = normalized(int_attr(n, "axis", 0), rank_of(q));
+  if (a < 0) return "axis out of range";
+  if (const char* why = start(q, out, 1)) return why;
+  out.attributes.push_back(int_attribute("axis", q.perm[static_cast<size_t>(a)]));
+  std::vector<bool> dropped(q.perm.size(), false);
+  dropped[static_cast<size_t>(a)] = true;
+  out.outputs[0] = reduced_output(q.perm, dropped, false);
+  return nullptr;
+}
+
 const char* arg_reduce(const PushQuery& q, Push& out) {
   if (const char* why = one_axis(q, 0, out)) return why;
   std::vector<bool> reduced(q.perm.size(), false);
@@ -411,6 +449,8 @@ const char* plan_push(const PushQuery& q, Push& out) {
   }
   if (op == "ArgMax" || op == "ArgMin") return arg_reduce(q, out);
   if (kReduce.count(op)) return reduce(q, opset, out);
+  if (op == "Squeeze") return squeeze(q, opset, out);
+  if (op == "Gather") return gather(q, out);
   if (op == "Slice") return slice(q, opset, out);
   if (op == "Pad") return pad(q, opset, out);
   if (op == "Resize") return resize(q, opset, out);

@@ -14,7 +14,9 @@
 //   - Concat, Split, Softmax (opset >= 13), ArgMax/ArgMin: axis a -> q[a];
 //     Concat's other inputs as above, constants at the full rank;
 //   - Reduce*: axes a -> q[a]; with keepdims=0 the kept axes come out in
-//     the order of v, so q' is what q says about them;
+//     the order of v, so q' is what q says about them; Squeeze (axes
+//     given) and Gather of one constant scalar index alike, dropping their
+//     axes;
 //   - Slice: axes a -> q[a] (axes made explicit when absent);
 //     Pad: pads[q[i]] <- pads[i] per begin/end half (or its axes remapped);
 //     Resize: scales, sizes and roi reordered the same way.

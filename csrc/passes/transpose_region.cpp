@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "passes/bypass.h"
+#include "passes/known_values.h"
 
 namespace pyonnxopt::passes {
 
@@ -72,6 +73,30 @@ Region Planner::grow(Node* root, const Perm& perm) {
   return region;
 }
 
+// The Transpose a region adds for `v` (perm `perm`, v's dims as they are)
+// moves only axes of size 1: optimize_transposes makes it a Reshape, the
+// data keeps its order, so it costs no Transpose. Mirrors
+// reshape_unit_moves: at most one unknown dim may move.
+bool Planner::unit_moves_only(const Perm& perm, const Value* v) const {
+  std::optional<std::vector<int64_t>> dims = known_shape(v);
+  if (!dims || dims->size() != perm.size() || default_opset(model_, graph_) < 5) return false;
+  int64_t last = -1;
+  bool moved_unknown = false;
+  for (size_t i = 0; i < perm.size(); ++i) {
+    const int64_t d = (*dims)[i], axis = perm[i];
+    if (d == 0) return false;
+    if (d != 1) {
+      if (axis < last) return false;
+      last = axis;
+    }
+    if (d == kUnknownDim && axis != static_cast<int64_t>(i)) {
+      if (moved_unknown) return false;
+      moved_unknown = true;
+    }
+  }
+  return true;
+}
+
 Roles Planner::roles(const Region& region) {
   Roles r;
   std::unordered_map<const Node*, const Moved*> moved;
@@ -105,7 +130,7 @@ Roles Planner::roles(const Region& region) {
       else if (p && cancels(n, v, existing)) r.cancelled.emplace_back(n, v);
       else outside = true;
     }
-    if (outside && made_here) ++r.delta;    // its Transpose is added
+    if (outside && made_here && !unit_moves_only(perm, v)) ++r.delta;  // its Transpose is added
     if (!outside && !made_here) --r.delta;  // its Transpose goes
   }
   r.delta -= static_cast<int>(r.cancelled.size());

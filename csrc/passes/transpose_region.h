@@ -59,6 +59,8 @@ class Planner {
   const std::vector<std::string>& refusals() const { return refusals_; }
 
  private:
+  bool unit_moves_only(const Perm& perm, const ir::Value* v) const;
+
   const ir::Model& model_;
   const ir::Graph& graph_;
   const std::unordered_map<const ir::Node*, size_t>& position_;

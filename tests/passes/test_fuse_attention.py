@@ -189,3 +189,79 @@ def test_torch_scaled_dot_product_attention():
     args = (torch.randn(2, 4, 5, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8), torch.randn(5, 6))
     m, report = optimized(export(Sdpa(), args, 23))
     assert ops(m) == ["Attention"] and report["check"]["first_mismatch"] is None
+
+
+# torch.nn.MultiheadAttention keeps [S, B, E] and splits heads through the
+# batch: [S, B, E] -> [S, B*H, D] -> [B*H, S, D] -> [B, H, S, D]; merged from
+# [B, H, S, Dv] -> [S, B, H, Dv] -> [S*B, E].
+SEQ_FIRST = """g (float[5,{b},32] qs, float[6,{b},32] ks, float[6,{b},32] vs) => (float[{sb},32] y) <
+        int64[3] qf = {{5, {bh}, 8}}, int64[3] kf = {{6, {bh}, 8}}, int64[4] qsh = {{{b}, 4, 5, 8}},
+        int64[4] ksh = {{{b}, 4, 6, 8}}, int64[2] osh = {{{sb}, 32}}, float c = {{0.35355339}}> {{
+    qa = Reshape(qs, qf)  qb = Transpose <perm = [1, 0, 2]> (qa)  qh = Reshape(qb, qsh)
+    ka = Reshape(ks, kf)  kb = Transpose <perm = [1, 0, 2]> (ka)  kh = Reshape(kb, ksh)
+    va = Reshape(vs, kf)  vb = Transpose <perm = [1, 0, 2]> (va)  vh = Reshape(vb, ksh)
+    kt = Transpose <perm = [0, 1, 3, 2]> (kh)
+    qk = MatMul(qh, kt)  s = Mul(qk, c)  p = Softmax <axis = -1> (s)  ctx = MatMul(p, vh)
+    ct = Transpose <perm = [2, 0, 1, 3]> (ctx)  y = Reshape(ct, osh)
+}}"""
+
+
+def seq_first(batch):
+    return SEQ_FIRST.format(b=batch, bh=4 * batch, sb=5 * batch)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_sequence_first_heads_become_3d_attention(batch):
+    m, r, original = fuse("fuse_attention", seq_first(batch), opset=23)
+    assert ops(m) == ["Transpose"] * 3 + ["Attention", "Transpose", "Reshape"]
+    attention = attention_of(m)
+    assert [v.producer.attributes["perm"] for v in attention.inputs] == [[1, 0, 2]] * 3
+    assert attention.attributes["q_num_heads"] == 4 and attention.attributes["kv_num_heads"] == 4
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_sequence_first_with_batch_1_leaves_no_transpose():
+    original = pyonnxopt_model(seq_first(1))
+    m, report = optimized(original)
+    assert "Transpose" not in ops(m) and ops(m).count("Attention") == 1
+    assert report["check"]["first_mismatch"] is None
+
+
+def test_one_sequence_first_input_read_three_times_is_transposed_once():
+    text = seq_first(2).replace("float[6,2,32] ks, float[6,2,32] vs", "").replace("(ks, kf)", "(qs, kf)") \
+        .replace("(vs, kf)", "(qs, kf)").replace("{6, 8, 8}", "{5, 8, 8}").replace("{2, 4, 6, 8}", "{2, 4, 5, 8}")
+    m, r, original = fuse("fuse_attention", text.replace("float[5,2,32] qs, ", "float[5,2,32] qs"), opset=23)
+    assert ops(m) == ["Transpose", "Attention", "Transpose", "Reshape"]
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_sequence_first_split_that_mixes_batch_and_heads_stays_4d():
+    # [S, B*H, D] read back as [H, B, S, D]: heads major, not the split torch
+    # writes. Still attention over 4-d tensors, but the split stays.
+    text = seq_first(2).replace("{2, 4, 5, 8}", "{4, 2, 5, 8}").replace("{2, 4, 6, 8}", "{4, 2, 6, 8}")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert [v.producer.op_type for v in attention_of(m).inputs] == ["Reshape"] * 3
+    assert near(r, "does more than split the heads")
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_torch_multihead_attention_module():
+    import torch
+
+    class SelfAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mha = torch.nn.MultiheadAttention(32, 4)
+
+        def forward(self, x):
+            return self.mha(x, x, x, need_weights=False)[0]
+
+    m, report = optimized(export(SelfAttention(), (torch.randn(7, 1, 32),), 23))
+    assert ops(m).count("Attention") == 1 and "Softmax" not in ops(m) and "Transpose" not in ops(m)
+    assert report["check"]["first_mismatch"] is None
+
+
+def pyonnxopt_model(text):
+    from transformer_helpers import model_text
+
+    return model_text(text, 23)

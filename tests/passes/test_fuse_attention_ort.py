@@ -262,3 +262,12 @@ def test_nan_guard_with_the_standard_attention_at_opset_23():
     m, r, original = fuse("fuse_attention", proto, opset=23)
     assert ops(m) == ["Attention", "IsNaN", "Where"]
     assert_same_outputs(original, m, **TOL)
+
+
+def test_sequence_first_heads_become_multi_head_attention():
+    from test_fuse_attention import seq_first
+
+    m, r, original = fuse_ort(seq_first(2))
+    assert ops(m) == ["Transpose"] * 3 + ["MultiHeadAttention", "Transpose", "Reshape"]
+    assert mha_of(m).attributes["num_heads"] == 4
+    assert_same_outputs(original, m, **TOL)

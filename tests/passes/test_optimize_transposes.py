@@ -352,6 +352,53 @@ def test_argmax_without_keepdims():
     assert structure(m) == [("ArgMax", ["x"], ["y"])] and attribute(m, 0, "axis") == 1
 
 
+def test_squeeze_drops_the_mapped_axes():
+    m, r = check("""g (float[2,1,4,5] x) => (float[2,4,5] y) <int64[1] ax = {3}> {
+        a = Transpose <perm = [0, 2, 3, 1]> (x)
+        b = Squeeze(a, ax)
+        y = Relu(b)
+    }""")
+    # The kept axes (N, H, W) keep their order: nothing to transpose after.
+    assert structure(m) == [("Squeeze", ["x", "ax_permuted"], ["b"]), ("Relu", ["b"], ["y"])]
+    assert initializer(m, "ax_permuted").tolist() == [1]
+
+
+def test_squeeze_axes_attribute_before_opset_13():
+    m, r = check("""g (float[2,1,4,5] x) => (float[2,4,5] y) {
+        a = Transpose <perm = [0, 2, 3, 1]> (x)
+        y = Squeeze <axes = [3]> (a)
+    }""", opset=11)
+    assert structure(m) == [("Squeeze", ["x"], ["y"])] and attribute(m, 0, "axes") == [1]
+
+
+def test_unbinding_a_packed_projection_leaves_no_transpose():
+    # torch's nn.MultiheadAttention: [S, B, 3E] -> [1, S, B, 3, E] -> [3, S, B, 1, E]
+    # -> Squeeze -> q, k, v by Gather. With B = 1 what is left to move
+    # after the Gathers is a size-1 axis: Reshapes, no data movement.
+    m, r = check("""g (float[5,1,3,4] x) => (float[5,1,4] q, float[5,1,4] k, float[5,1,4] v)
+            <int64[1] ax = {3}, int64 i0 = {0}, int64 i1 = {1}, int64 i2 = {2}> {
+        u = Unsqueeze(x, i0)
+        t = Transpose <perm = [3, 1, 2, 0, 4]> (u)
+        s = Squeeze(t, ax)
+        q = Gather <axis = 0> (s, i0)
+        k = Gather <axis = 0> (s, i1)
+        v = Gather <axis = 0> (s, i2)
+    }""")
+    assert "Transpose" not in ops(m) and ops(m).count("Gather") == 3
+    gathers = [n for n in m.graph.nodes if n.op_type == "Gather"]
+    assert all(n.inputs[0].producer.op_type == "Squeeze" for n in gathers)
+
+
+def test_gather_of_several_indices_stops_it():
+    m, r = check("""g (float[2,3,4] x) => (float[2,2,4] y) <int64[2] i = {0, 2}> {
+        a = Transpose <perm = [0, 2, 1]> (x)
+        b = Gather <axis = 2> (a, i)
+        y = Transpose <perm = [0, 2, 1]> (b)
+    }""")
+    assert ops(m).count("Transpose") == 2
+    assert any("they would add axes" in x for x in reasons(r))
+
+
 # ---- Softmax, Slice, Pad, Resize, quantization ----
 
 def test_softmax_from_opset_13_remaps_its_axis():

@@ -19,12 +19,19 @@ Two layouts:
       the whole becomes Attention(q3, k3, v3, mask, q_num_heads=H, kv_num_heads=H)
       on the [B, S, H*D] tensors (followed by the merge's Reshape when that
       flattens further, as GPT-2's [B*S, H*Dv]).
+ seq-first  torch.nn.MultiheadAttention (ViT, DETR, CLIP) keeps [S, B, E] and
+      splits heads through the batch: q = Reshape(Transpose(Reshape(qs,
+      [S, B*H, D]), [1,0,2]), [B, H, S, D]) (k, v alike; K^T then Transpose(k,
+      [0,1,3,2])), out = Reshape(Transpose(y, [2,0,1,3]), ...) from [S, B, H, Dv].
+      It becomes Attention(Transpose(qs, [1,0,2]), ...) and the merge's Reshape
+      of Transpose(Attention, [1,0,2]): with B = 1 those Transposes move only a
+      size-1 axis, and optimize_transposes makes them Reshapes.
 
 Which op:
  - the opset-23 Attention for --target onnx, and for --target ort at opset 23
    and later (onnxruntime 1.32 runs it on CPU, 1.1x-1.25x faster than
    MultiHeadAttention: targets.py);
- - --target ort below opset 23, 3-D layout: com.microsoft MultiHeadAttention
+ - --target ort below opset 23, 3-D or seq-first layout: com.microsoft MultiHeadAttention
    (q3, k3, v3, bias="", key_padding_mask="", attention_bias=mask,
    num_heads=H, scale=c), output [B, S, H*Dv]. Its attention_bias must be
    4-d [B|1, H|1, S, T] (onnxruntime neither broadcasts over S nor takes a
@@ -45,8 +52,7 @@ broadcast over query positions, and a 3-d mask is [H, S, T]): rank 2 to 4,
 
 Not matched: GPT-2 with past keys (K and V are Concat(past, new), the 4-D
 layout, and its causal mask is Expand-ed to a shape known only at run time;
-MultiHeadAttention's unidirectional=1 is not causal when S < T on CPU);
-torch.nn.MultiheadAttention's sequence-first [S, B*H, D] head split (ViT).
+MultiHeadAttention's unidirectional=1 is not causal when S < T on CPU).
 
 Refuses when:
  1. the opset is below 23 and the target is onnx, or the layout is 4-D;
@@ -82,8 +88,18 @@ def _heads(name: str) -> Op:
     return Op("Transpose", split, name=f"{name}_heads", attrs={"perm": SPLIT})
 
 
+def _heads_seq_first(name: str) -> Op:
+    """[S, B, E] -> [S, B*H, D] -> [B*H, S, D] -> [B, H, S, D]."""
+    folded = Op("Reshape", Var(f"{name}s"), Const(f"{name}_fold_shape"), name=f"{name}_fold")
+    batch_first = Op("Transpose", folded, name=f"{name}_batch_first", attrs={"perm": [1, 0, 2]})
+    return Op("Reshape", batch_first, Const(f"{name}_shape"), name=f"{name}_split")
+
+
 def _variant(layout: str, scale: str, mask: bool, guard: bool) -> Op:
-    if layout == "3d":
+    if layout == "seq_first":
+        q, v = _heads_seq_first("q"), _heads_seq_first("v")
+        k_t = Op("Transpose", _heads_seq_first("k"), name="k_t", attrs={"perm": [0, 1, 3, 2]})
+    elif layout == "3d":
         q, v = _heads("q"), _heads("v")
         k_t = Op("Transpose", Op("Reshape", Var("k3"), Const("k_shape"), name="k_split"), name="k_t",
                  attrs={"perm": [0, 2, 3, 1]})
@@ -108,18 +124,21 @@ def _variant(layout: str, scale: str, mask: bool, guard: bool) -> Op:
     if layout == "3d":
         y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Const("out_shape"),
                name="merge_heads")
+    elif layout == "seq_first":
+        y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": [2, 0, 1, 3]}), Const("out_shape"),
+               name="merge_heads")
     return y
 
 
 class FuseAttention(Rule):
     name = "fuse_attention"
-    description = ("MatMul(Q, K^T) [* scale] [+ mask] -> Softmax -> MatMul(V) -> Attention (opset 23), 4-d or 3-d "
-                   "heads; com.microsoft MultiHeadAttention (--target ort, 3-d, below opset 23)")
+    description = ("MatMul(Q, K^T) [* scale] [+ mask] -> Softmax -> MatMul(V) -> Attention (opset 23), 4-d, 3-d or "
+                   "sequence-first heads; com.microsoft MultiHeadAttention (--target ort, 3-d, below opset 23)")
 
     def pattern(self, opset: int) -> list:
-        # The 3-d layout first: it takes the head split and merge along.
+        # The 3-d and sequence-first layouts first: they take the head split and merge along.
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
-            ("3d", "bhsd", "bshd_k"), (True, False), ("mul", "div", "both", "none"), (True, False))]
+            ("3d", "seq_first", "bhsd", "bshd_k"), (True, False), ("mul", "div", "both", "none"), (True, False))]
 
     def check(self, m: Match) -> Optional[str]:
         op = _emitted(m)
@@ -141,6 +160,9 @@ class FuseAttention(Rule):
         bhst = _layout(m)
         if isinstance(bhst, str):
             return bhst
+        pending = _seq_first_unshaped(m)
+        if pending:
+            return pending
         if "mask" in m:
             why = _mask_reason(dims(m["mask"]), bhst)
             if why:
@@ -155,11 +177,13 @@ class FuseAttention(Rule):
         b, h, s, t = _layout(m)
         op = _emitted(m)
         attrs = {"scale": float(_scale(m))}
-        if op == "MultiHeadAttention":
-            inputs = [m["q3"], m["k3"], m["v3"]]
-            attrs.update(num_heads=h)
+        if "qs" in m:
+            inputs = _batch_first(m, edit)
         elif "q3" in m:
             inputs = [m["q3"], m["k3"], m["v3"]]
+        if op == "MultiHeadAttention":
+            attrs.update(num_heads=h)
+        elif "q3" in m or "qs" in m:
             attrs.update(q_num_heads=h, kv_num_heads=h)
         elif "k_bshd" in m:
             (k,) = edit.node("Transpose", [m["k_bshd"]], {"perm": SPLIT}, hint=f"{m['k_bshd'].name}_bhsd")
@@ -189,15 +213,31 @@ class FuseAttention(Rule):
         if "q3" in m and _merge(m, _split(m, "q"), _split(m, "v")) == "reshape":
             (y,) = edit.node(last[0], last[1], last[2], domain=last[3])
             last = ("Reshape", [y, m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)}, "")
+        if "qs" in m:  # back to sequence-first, in the memory order the merge's Reshape read
+            (y,) = edit.node(last[0], last[1], last[2], domain=last[3])
+            (y,) = edit.node("Transpose", [y], {"perm": [1, 0, 2]}, hint=f"{y.name}_seq_first")
+            last = ("Reshape", [y, m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)}, "")
         edit.replace_root(last[0], last[1], last[2], domain=last[3])
         return None
+
+
+def _batch_first(m: Match, edit: Edit) -> list:
+    """q, k, v as [B, S, E]: each sequence-first input transposed once
+    (self-attention often reads one value three times)."""
+    made = {}
+    for name in ("qs", "ks", "vs"):
+        v = m[name]
+        if v not in made:
+            (made[v],) = edit.node("Transpose", [v], {"perm": [1, 0, 2]}, hint=f"{v.name}_batch_first")
+    return [made[m[name]] for name in ("qs", "ks", "vs")]
 
 
 def _emitted(m: Match) -> str:
     """The op this match becomes: Attention (opset 23), unless --target ort
     finds no Attention in the model's opset and the heads are split and
-    merged around the match (MultiHeadAttention's 3-d layout)."""
-    if m.options.target == "ort" and "q3" in m and opset_reason("Attention", m.opset):
+    merged around the match (MultiHeadAttention's 3-d layout, seq-first
+    after a Transpose)."""
+    if m.options.target == "ort" and ("q3" in m or "qs" in m) and opset_reason("Attention", m.opset):
         return "MultiHeadAttention"
     return "Attention"
 
@@ -217,7 +257,7 @@ def _mask_target(m: Match, op: str, s) -> Optional[list]:
 
 
 def _dtype(m: Match) -> int:
-    return m.dtype("q3") if "q3" in m else m.dtype("q")
+    return m.dtype("q3") if "q3" in m else m.dtype("qs") if "qs" in m else m.dtype("q")
 
 
 def _scale(m: Match) -> Union[float, str]:
@@ -240,6 +280,8 @@ def _layout(m: Match) -> Union[tuple, str]:
     and heads; else why not."""
     if "q3" in m:
         return _layout_3d(m)
+    if "qs" in m:
+        return _layout_seq_first(m)
     q, v = dims(m["q"]), dims(m["v"])
     if "k_bshd" in m:
         kb = dims(m["k_bshd"])
@@ -275,6 +317,60 @@ def _layout_3d(m: Match) -> Union[tuple, str]:
     if _merge(m, q, v) is None:
         return "the head merge's shape has a 0 (copy a dim) past its second entry"
     return q[0], q[2], q[1], k[1]
+
+
+def _seq_first_unshaped(m: Match) -> Optional[str]:
+    """A 4-D match whose q is split sequence-first by values not shaped yet
+    (an earlier pass of this iteration made them): the seq_first layout,
+    which also takes the split and merge along, gets its turn once the next
+    iteration has inferred them."""
+    if "q" not in m:
+        return None
+    split = m["q"].producer
+    batch_first = _producer_of(split, "Reshape")
+    fold = _producer_of(batch_first, "Transpose")
+    if fold is None or fold.op_type != "Reshape" or batch_first.attributes.get("perm") != [1, 0, 2]:
+        return None
+    if dims(fold.inputs[0]) is None or dims(fold.outputs[0]) is None:
+        return "q is split sequence-first by values whose shapes are not known yet (next iteration)"
+    return None
+
+
+def _producer_of(node, op_type: str):
+    """The node making `node`'s first input, when `node` is an `op_type`."""
+    if node is None or node.op_type != op_type or not node.inputs or node.inputs[0] is None:
+        return None
+    return node.inputs[0].producer
+
+
+def _split_seq_first(m: Match, name: str) -> Union[tuple, str]:
+    """(S, B, H, D) when name's chain is [S, B, E] -> [S, B*H, D] -> [B*H, S, D]
+    -> [B, H, S, D] (the middle dim is then B*H: the element count holds)."""
+    flat, folded, split = (dims(m[f"{name}s"]), dims(m[f"{name}_fold"].outputs[0]),
+                           dims(m[f"{name}_split"].outputs[0]))
+    label = f"the {name} head split {flat} -> {folded} -> {split}"
+    if flat is None or folded is None or split is None or (len(flat), len(folded), len(split)) != (3, 3, 4):
+        return f"{label} is not [S,B,E] -> [S,B*H,D] -> [B,H,S,D]"
+    s, b, e = flat
+    _, h, _, d = split
+    if not (same_dim(folded[0], s) and same_dim(split[0], b) and same_dim(split[2], s) and isinstance(e, int)
+            and isinstance(h, int) and isinstance(d, int) and folded[2] == d and h * d == e):
+        return f"{label} does more than split the heads"
+    return s, b, h, d
+
+
+def _layout_seq_first(m: Match) -> Union[tuple, str]:
+    parts = [_split_seq_first(m, n) for n in ("q", "k", "v")]
+    for p in parts:
+        if isinstance(p, str):
+            return p
+    q, k, v = parts
+    if not (same_dim(q[1], k[1]) and same_dim(q[1], v[1]) and q[2] == k[2] == v[2] and same_dim(k[0], v[0])):
+        return f"q {list(q)}, k {list(k)}, v {list(v)} do not provably share batch and heads"
+    shape = [int(d) for d in m.array("out_shape").reshape(-1)]
+    if m.root.attributes.get("allowzero", 0) == 0 and 0 in shape[2:]:
+        return "the head merge's shape has a 0 (copy a dim) past its second entry"
+    return q[1], q[2], q[0], k[0]
 
 
 def _merge(m: Match, q: tuple, v: tuple) -> Optional[str]:
