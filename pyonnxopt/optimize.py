@@ -183,6 +183,11 @@ def optimize(
         if mismatch and not force:
             if written:
                 os.unlink(os.fspath(output))
+            unloadable = "(none: onnxruntime cannot load the optimized model: "
+            if mismatch.startswith(unloadable) and report["opset_after"] != report["opset_before"]:
+                raise VerificationError(f"onnxruntime cannot run the model upgraded to opset {report['opset_after']}: "
+                                        f"{mismatch[len(unloadable):-1]}; nothing was written (try a lower --opset, "
+                                        "or none)")
             raise VerificationError(f"the optimized model differs from the original at output {mismatch}; "
                                     "nothing was written (use --force to write it anyway)")
     if output is not None and not written:

@@ -155,3 +155,20 @@ def test_cli_names_the_flag_in_one_line(tmp_path):
     assert r.stderr.strip().splitlines() == [f"pyonnxopt: error: --opset {newest_opset() + 1}: the installed onnx "
                                              f"{onnx.__version__} knows opsets up to {newest_opset()}"]
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_result_onnxruntime_cannot_run_names_the_upgrade(tmp_path, monkeypatch):
+    # onnxruntime 1.32 has no RoiAlign-22, which the converter writes for a
+    # detection model at opset 23: the check cannot load the result.
+    from pyonnxopt import check
+
+    path = tmp_path / "m.onnx"
+    onnx.save(changing_model(), path)
+    why = "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for ReduceMean(18)"
+    monkeypatch.setattr(check, "compare", lambda *a, **k: check.CheckResult(
+        0, float("inf"), f"(none: onnxruntime cannot load the optimized model: {why})"))
+    with pytest.raises(Error) as e:
+        pyonnxopt.optimize(str(path), str(tmp_path / "o.onnx"), opset=18)
+    assert str(e.value) == (f"onnxruntime cannot run the model upgraded to opset 18: {why}; nothing was written "
+                            "(try a lower --opset, or none)")
+    assert not (tmp_path / "o.onnx").exists()
