@@ -181,15 +181,15 @@ class FuseAttention(Rule):
             inputs = _batch_first(m, edit)
         elif "q3" in m:
             inputs = [m["q3"], m["k3"], m["v3"]]
-        if op == "MultiHeadAttention":
-            attrs.update(num_heads=h)
-        elif "q3" in m or "qs" in m:
-            attrs.update(q_num_heads=h, kv_num_heads=h)
         elif "k_bshd" in m:
             (k,) = edit.node("Transpose", [m["k_bshd"]], {"perm": SPLIT}, hint=f"{m['k_bshd'].name}_bhsd")
             inputs = [m["q"], k, m["v"]]
         else:
             inputs = [m["q"], m["k"], m["v"]]
+        if op == "MultiHeadAttention":
+            attrs.update(num_heads=h)
+        elif "q3" in m or "qs" in m:  # 3-d inputs: the heads are the op's to split
+            attrs.update(q_num_heads=h, kv_num_heads=h)
         if "mask" in m:
             mask, to = m["mask"], _mask_target(m, op, s)
             if to is not None:
