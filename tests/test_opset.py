@@ -172,3 +172,19 @@ def test_a_result_onnxruntime_cannot_run_names_the_upgrade(tmp_path, monkeypatch
     assert str(e.value) == (f"onnxruntime cannot run the model upgraded to opset 18: {why}; nothing was written "
                             "(try a lower --opset, or none)")
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_weight_reference_the_source_does_not_have_is_a_model_error():
+    from pyonnxopt import _core
+    from pyonnxopt.errors import ModelError
+
+    source = pyonnxopt.load(changing_model())
+    proto = onnx.ModelProto.FromString(source._core.serialize_weightless(1024))
+    entry = next(e for e in proto.graph.initializer[0].external_data if e.key == "offset")
+    entry.value = "7"  # the model has one big tensor: index 0
+    with pytest.raises(ModelError, match="refers to weight 7, which the source model does not have"):
+        _core.load_bytes(proto.SerializeToString(), weights_from=source._core)
+    proto.graph.initializer[0].dims[0] = 32
+    entry.value = "0"
+    with pytest.raises(ModelError, match="its type or shape differs from the source model's tensor 0"):
+        _core.load_bytes(proto.SerializeToString(), weights_from=source._core)
