@@ -235,6 +235,18 @@ Perm reduced_output(const Perm& q, const std::vector<bool>& reduced, bool keepdi
   return keepdims ? q : kept_perm(q, reduced);
 }
 
+// The remapped axes where the node keeps them: an attribute before opset
+// `since` (or where the node has one), input 1 from then on.
+void put_axes(const PushQuery& q, int64_t opset, int64_t since, const std::vector<int64_t>& mapped, Push& out) {
+  const Node& n = q.node;
+  if (opset ? opset < since : n.attribute("axes") != nullptr) {
+    out.attributes.push_back(ints_attribute("axes", mapped));
+  } else {
+    out.inputs[1].kind = PushedInput::kReplaced;
+    out.inputs[1].tensor = int_tensor(mapped, known_elem_type(n.inputs[1]));
+  }
+}
+
 const char* reduce(const PushQuery& q, int64_t opset, Push& out) {
   const Node& n = q.node;
   const int64_t since = n.op_type.value == "ReduceSum" ? 13 : 18;
@@ -250,12 +262,7 @@ const char* reduce(const PushQuery& q, int64_t opset, Push& out) {
     if (!map_axes(q, axes.values, mapped)) return "axes out of range";
     std::fill(reduced.begin(), reduced.end(), false);
     for (int64_t a : axes.values) reduced[static_cast<size_t>(normalized(a, rank_of(q)))] = true;
-    if (opset ? opset < since : n.attribute("axes") != nullptr) {
-      out.attributes.push_back(ints_attribute("axes", mapped));
-    } else {
-      out.inputs[1].kind = PushedInput::kReplaced;
-      out.inputs[1].tensor = int_tensor(mapped, known_elem_type(n.inputs[1]));
-    }
+    put_axes(q, opset, since, mapped, out);
   }
   out.outputs[0] = reduced_output(q.perm, reduced, keepdims);
   return nullptr;
@@ -273,12 +280,7 @@ const char* squeeze(const PushQuery& q, int64_t opset, Push& out) {
   if (!map_axes(q, axes.values, mapped)) return "axes out of range";
   std::vector<bool> dropped(q.perm.size(), false);
   for (int64_t a : axes.values) dropped[static_cast<size_t>(normalized(a, rank_of(q)))] = true;
-  if (opset ? opset < 13 : n.attribute("axes") != nullptr) {
-    out.attributes.push_back(ints_attribute("axes", mapped));
-  } else {
-    out.inputs[1].kind = PushedInput::kReplaced;
-    out.inputs[1].tensor = int_tensor(mapped, known_elem_type(n.inputs[1]));
-  }
+  put_axes(q, opset, 13, mapped, out);
   out.outputs[0] = reduced_output(q.perm, dropped, false);
   return nullptr;
 }
