@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from transformer_helpers import assert_same_outputs, export, fuse, near, optimized
+from transformer_helpers import assert_same_outputs, bert_self_attention, export, fuse, model_text, near, optimized
 from helpers import ops, structure
 
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -151,29 +151,10 @@ def test_k_transposed_from_bshd_gets_its_own_transpose():
     assert_same_outputs(original, m, **TOL)
 
 
-def _mha():
-    import torch
-
-    class SelfAttention(torch.nn.Module):
-        """BERT's: project, split heads, scores / sqrt(d) + mask, softmax, merge heads."""
-
-        def __init__(self):
-            super().__init__()
-            self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(3))
-
-        def forward(self, x, mask):
-            b, s, _ = x.shape
-            q, k, v = (f(x).view(b, s, 4, 8).transpose(1, 2) for f in (self.q, self.k, self.v))
-            scores = q @ k.transpose(-1, -2) / math.sqrt(8) + mask
-            return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, 32)
-
-    return SelfAttention()
-
-
 def test_torch_self_attention_module():
     import torch
 
-    proto = export(_mha(), (torch.randn(2, 5, 32), torch.randn(2, 1, 5, 5)), 23)
+    proto = export(bert_self_attention(), (torch.randn(2, 5, 32), torch.randn(2, 1, 5, 5)), 23)
     m, report = optimized(proto)
     assert ops(m).count("Attention") == 1 and "Softmax" not in ops(m) and "Transpose" not in ops(m)
     assert report["check"]["first_mismatch"] is None
@@ -221,7 +202,7 @@ def test_sequence_first_heads_become_3d_attention(batch):
 
 
 def test_sequence_first_with_batch_1_leaves_no_transpose():
-    original = pyonnxopt_model(seq_first(1))
+    original = model_text(seq_first(1), 23)
     m, report = optimized(original)
     assert "Transpose" not in ops(m) and ops(m).count("Attention") == 1
     assert report["check"]["first_mismatch"] is None
@@ -259,9 +240,3 @@ def test_torch_multihead_attention_module():
     m, report = optimized(export(SelfAttention(), (torch.randn(7, 1, 32),), 23))
     assert ops(m).count("Attention") == 1 and "Softmax" not in ops(m) and "Transpose" not in ops(m)
     assert report["check"]["first_mismatch"] is None
-
-
-def pyonnxopt_model(text):
-    from transformer_helpers import model_text
-
-    return model_text(text, 23)

@@ -3,8 +3,6 @@ split and merged around it) -> com.microsoft MultiHeadAttention, the mask
 as its 4-d attention_bias. Numbers: onnxruntime (ORT_DISABLE_ALL) against
 MatMul/Softmax/MatMul, rtol 1e-5, atol 1e-5."""
 
-import math
-
 import numpy as np
 import onnx
 import pytest
@@ -13,6 +11,7 @@ from onnx import numpy_helper
 from transformer_helpers import (
     as_dtype,
     assert_same_outputs,
+    bert_self_attention,
     export,
     fuse,
     near,
@@ -202,37 +201,11 @@ def test_mask_to_expand_below_opset_8_refuses():
 
 # torch exports (TorchScript exporter, opset 17)
 
-class _Block:
-    """HF BERT's self-attention: project, split heads, attend, merge heads;
-    `sdpa` as transformers' sdpa attention (with torch's NaN guard), else
-    written out with an additive mask."""
-
-    @staticmethod
-    def make(sdpa: bool):
-        import torch
-
-        class SelfAttention(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(3))
-
-            def forward(self, x, mask):
-                b, s, _ = x.shape
-                q, k, v = (f(x).view(b, s, 4, 8).transpose(1, 2) for f in (self.q, self.k, self.v))
-                if sdpa:
-                    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
-                else:
-                    y = (q @ k.transpose(-1, -2) / math.sqrt(8) + mask).softmax(-1) @ v
-                return y.transpose(1, 2).reshape(b, s, 32)
-
-        return SelfAttention()
-
-
 def test_torch_written_out_block_at_opset_17():
     import torch
 
     torch.manual_seed(0)
-    proto = export(_Block.make(False), (torch.randn(2, 5, 32), torch.randn(2, 1, 5, 5)), 17)
+    proto = export(bert_self_attention(), (torch.randn(2, 5, 32), torch.randn(2, 1, 5, 5)), 17)
     m, report = optimized(proto, target="ort")
     assert ops(m).count("MultiHeadAttention") == 1 and "Transpose" not in ops(m) and "Softmax" not in ops(m)
     assert report["check"]["first_mismatch"] is None
@@ -243,7 +216,7 @@ def test_torch_sdpa_block_with_a_fully_padded_sequence():
 
     torch.manual_seed(0)
     keep = torch.ones(2, 5, dtype=torch.bool)
-    proto = export(_Block.make(True), (torch.randn(2, 5, 32), keep), 17)
+    proto = export(bert_self_attention(sdpa=True), (torch.randn(2, 5, 32), keep), 17)
     m, report = optimized(proto, target="ort")
     assert ops(m).count("MultiHeadAttention") == 1 and "Transpose" not in ops(m) and "Softmax" not in ops(m)
     assert report["check"]["first_mismatch"] is None

@@ -3,6 +3,7 @@
 original in onnxruntime, and small torch exports."""
 
 import io
+import math
 import warnings
 
 import numpy as np
@@ -90,3 +91,27 @@ def export(module, args, opset: int, dynamo: bool = False, **kw) -> onnx.ModelPr
 def optimized(proto: onnx.ModelProto, target: str = "onnx"):
     """The default pipeline, checked against the original; (Model, report)."""
     return pyonnxopt.optimize(proto, target=target)
+
+
+def bert_self_attention(sdpa: bool = False):
+    """HF BERT's self-attention (hidden 32, 4 heads): project, split heads,
+    attend, merge heads; `sdpa` as transformers' sdpa attention (torch's
+    NaN guard, a [B, T] boolean padding mask), else written out with an
+    additive mask."""
+    import torch
+
+    class SelfAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(3))
+
+        def forward(self, x, mask):
+            b, s, _ = x.shape
+            q, k, v = (f(x).view(b, s, 4, 8).transpose(1, 2) for f in (self.q, self.k, self.v))
+            if sdpa:
+                y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+            else:
+                y = (q @ k.transpose(-1, -2) / math.sqrt(8) + mask).softmax(-1) @ v
+            return y.transpose(1, 2).reshape(b, s, 32)
+
+    return SelfAttention()
