@@ -307,14 +307,24 @@ def _split(m: Match, name: str) -> Union[tuple, str]:
 
 
 def _layout_3d(m: Match) -> Union[tuple, str]:
-    parts = [_split(m, n) for n in ("q", "k", "v")]
+    return _shared_heads([_split(m, n) for n in ("q", "k", "v")], lambda q, v: _merge(m, q, v) is not None)
+
+
+def _layout_seq_first(m: Match) -> Union[tuple, str]:
+    # The merge's Reshape reads Transpose(Attention) as [S, B, H*Dv] where it read [S, B, H, Dv].
+    return _shared_heads([_split_seq_first(m, n) for n in ("q", "k", "v")], lambda q, v: not _copies_a_moved_dim(m))
+
+
+def _shared_heads(parts: list, merge_ok) -> Union[tuple, str]:
+    """(B, H, S, T) from q, k, v split as (B, S|T, H, D), once they provably
+    share batch and heads and `merge_ok(q, v)`; else why not."""
     for p in parts:
         if isinstance(p, str):
             return p
     q, k, v = parts
     if not (same_dim(q[0], k[0]) and same_dim(q[0], v[0]) and q[2] == k[2] == v[2] and same_dim(k[1], v[1])):
         return f"q {list(q)}, k {list(k)}, v {list(v)} do not provably share batch and heads"
-    if _merge(m, q, v) is None:
+    if not merge_ok(q, v):
         return "the head merge's shape has a 0 (copy a dim) past its second entry"
     return q[0], q[2], q[1], k[1]
 
@@ -344,7 +354,7 @@ def _producer_of(node, op_type: str):
 
 
 def _split_seq_first(m: Match, name: str) -> Union[tuple, str]:
-    """(S, B, H, D) when name's chain is [S, B, E] -> [S, B*H, D] -> [B*H, S, D]
+    """(B, S, H, D) when name's chain is [S, B, E] -> [S, B*H, D] -> [B*H, S, D]
     -> [B, H, S, D] (the middle dim is then B*H: the element count holds)."""
     flat, folded, split = (dims(m[f"{name}s"]), dims(m[f"{name}_fold"].outputs[0]),
                            dims(m[f"{name}_split"].outputs[0]))
@@ -356,21 +366,7 @@ def _split_seq_first(m: Match, name: str) -> Union[tuple, str]:
     if not (same_dim(folded[0], s) and same_dim(split[0], b) and same_dim(split[2], s) and isinstance(e, int)
             and isinstance(h, int) and isinstance(d, int) and folded[2] == d and h * d == e):
         return f"{label} does more than split the heads"
-    return s, b, h, d
-
-
-def _layout_seq_first(m: Match) -> Union[tuple, str]:
-    parts = [_split_seq_first(m, n) for n in ("q", "k", "v")]
-    for p in parts:
-        if isinstance(p, str):
-            return p
-    q, k, v = parts
-    if not (same_dim(q[1], k[1]) and same_dim(q[1], v[1]) and q[2] == k[2] == v[2] and same_dim(k[0], v[0])):
-        return f"q {list(q)}, k {list(k)}, v {list(v)} do not provably share batch and heads"
-    shape = [int(d) for d in m.array("out_shape").reshape(-1)]
-    if m.root.attributes.get("allowzero", 0) == 0 and 0 in shape[2:]:
-        return "the head merge's shape has a 0 (copy a dim) past its second entry"
-    return q[1], q[2], q[0], k[0]
+    return b, s, h, d
 
 
 def _merge(m: Match, q: tuple, v: tuple) -> Optional[str]:
@@ -383,9 +379,14 @@ def _merge(m: Match, q: tuple, v: tuple) -> Optional[str]:
         return "exact"
     # Transpose(y) is [B, S, H, Dv] in memory order, as Attention's [B, S, H*Dv]:
     # the Reshape reads the same elements unless a 0 copies a dim that moved.
-    copies = m.root.attributes.get("allowzero", 0) == 0
+    return None if _copies_a_moved_dim(m) else "reshape"
+
+
+def _copies_a_moved_dim(m: Match) -> bool:
+    """The head merge's Reshape has a 0 past its second entry (and no
+    allowzero): it copies a dim of its input that the fused form changes."""
     shape = [int(d) for d in m.array("out_shape").reshape(-1)]
-    return None if copies and 0 in shape[2:] else "reshape"
+    return m.root.attributes.get("allowzero", 0) == 0 and 0 in shape[2:]
 
 
 def _mask_reason(mask: Optional[list], bhst: tuple) -> Optional[str]:
