@@ -1,4 +1,4 @@
-"""Writing what a command produces: strict JSON and atomic files."""
+"""Writing what a command produces: strict JSON, atomic files, byte sizes for people."""
 
 from __future__ import annotations
 
@@ -53,3 +53,14 @@ def write_atomic(path: str, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def human_bytes(n) -> str:
+    """1536 -> "1.5 KiB"; None -> "-"."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

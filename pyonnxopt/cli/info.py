@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from pyonnxopt.cli.render import console, human_bytes
+from pyonnxopt.cli.render import console
+from pyonnxopt.files import human_bytes
 
 
 def add_parser(sub):

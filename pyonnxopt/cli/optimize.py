@@ -74,18 +74,27 @@ def load_inputs(path: str) -> dict:
         raise Error(f"--check-inputs {path}: cannot read it as .npz ({e})") from None
 
 
-def run(args) -> int:
+def pass_names(passes, skip: list):
+    """--passes (comma-separated, or None: all) as a list, after checking it
+    and --skip name passes that exist (Error naming the flag otherwise)."""
     from pyonnxopt.errors import Error
-    from pyonnxopt.optimize import optimize
     from pyonnxopt.passes import get
-    from pyonnxopt.shapes import parse_input_shape
 
-    names = [n.strip() for n in args.passes.split(",") if n.strip()] if args.passes else None
-    for name in [*(names or []), *args.skip]:
+    names = [n.strip() for n in passes.split(",") if n.strip()] if passes else None
+    for name in [*(names or []), *skip]:
         try:
             get(name)
         except KeyError as e:
             raise Error(f"--passes/--skip: {e.args[0]}") from None
+    return names
+
+
+def run(args) -> int:
+    from pyonnxopt.errors import Error
+    from pyonnxopt.optimize import optimize
+    from pyonnxopt.shapes import parse_input_shape
+
+    names = pass_names(args.passes, args.skip)
     if not os.path.exists(args.input):
         raise Error(f"{args.input}: no such file")
     if args.verify_each_pass and args.no_check:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from pyonnxopt.cli.render import console, human_bytes
-from pyonnxopt.files import to_json, write_atomic
+from pyonnxopt.cli.render import console
+from pyonnxopt.files import human_bytes, to_json, write_atomic
 
 MISMATCH = 1
 WORST_LAYERS_SHOWN = 20

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 
+from pyonnxopt.files import human_bytes
 from pyonnxopt.report import svg
 from pyonnxopt.report.html import Cell, Column, badge, card, empty, esc, num, page, section, table
 
@@ -40,7 +41,7 @@ def report_page(report: dict) -> str:
     cards.extend(_speed_cards(bench))
     if ver is not None and ver.get("structure"):
         b, a = ver["structure"].get("initializer_bytes", [None, None])
-        cards.append(card("weights", _bytes(a), f"before {_bytes(b)}"))
+        cards.append(card("weights", human_bytes(a), f"before {human_bytes(b)}"))
     body = [f'<div class="cards">{"".join(cards)}</div>',
             section("graph", "Node counts by op type", _op_counts_section(opt, ver)),
             section("optimize", "Optimize", _optimize(opt) if opt is not None else empty(
@@ -206,7 +207,7 @@ def _structure(structure) -> str:
     ib = structure.get("initializer_bytes") or [None, None]
     parts.append('<div class="cards">' + card("nodes", f"{num(nodes[0])} → {num(nodes[1])}") +
                  card("initializers", f"{num(inits[0])} → {num(inits[1])}") +
-                 card("initializer bytes", f"{_bytes(ib[0])} → {_bytes(ib[1])}") + "</div>")
+                 card("initializer bytes", f"{human_bytes(ib[0])} → {human_bytes(ib[1])}") + "</div>")
     parts.append("<h3>Inputs and outputs</h3>")
     io_rows, classes = [], []
     for kind in ("inputs", "outputs"):
@@ -383,12 +384,6 @@ def _inputs_text(inputs) -> str:
     batches = [b for b in inputs.get("batch_sizes") or [] if b is not None]
     batch = f", batch sizes {', '.join(map(str, batches))}" if batches else ""
     return f"{inputs.get('samples', '?')} samples {origin}{batch}"
-
-
-def _bytes(n) -> str:
-    from pyonnxopt.cli.render import human_bytes
-
-    return human_bytes(n)
 
 
 def _percent(share):

@@ -385,16 +385,11 @@ def bisect_cli(args) -> dict:
     args.target, args.opset, args.seed, args.inputs / args.check_inputs (.npz, or what
     pyonnxopt.verify.inputs.load_samples reads: the first sample is used)
     and args.rollback_output. Returns the bisection's result."""
+    from pyonnxopt.cli.optimize import pass_names
     from pyonnxopt.cli.render import console
-    from pyonnxopt.passes import get
 
-    names = [n.strip() for n in args.passes.split(",") if n.strip()] if getattr(args, "passes", None) else None
     skip = list(getattr(args, "skip", None) or [])
-    for name in [*(names or []), *skip]:
-        try:
-            get(name)
-        except KeyError as e:
-            raise Error(f"--passes/--skip: {e.args[0]}") from None
+    names = pass_names(getattr(args, "passes", None), skip)
     original = args.original
     if not os.path.exists(original):
         raise Error(f"{original}: no such file")
