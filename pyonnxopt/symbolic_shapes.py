@@ -418,6 +418,8 @@ def _attention_dims(q: list, v: list, attrs) -> Optional[list]:
 def refine(graph) -> int:
     """Writes better dims into the inferred copy's value_info (main graph,
     values that are not graph inputs or outputs); returns how many."""
+    if not any(not _known(d) for v in graph.value_info for d in (_dims_of(v.type) or [])):
+        return 0  # onnx left nothing unknown: the walk could only confirm it
     walk = _Walk(graph)
     refined = walk.run(graph)
     if not refined:
