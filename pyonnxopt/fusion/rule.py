@@ -25,6 +25,7 @@ import numpy as np
 from pyonnxopt.fusion.pattern import Op
 from pyonnxopt.fusion.values import dims
 from pyonnxopt.model import Model, Node, Value, raw_data
+from pyonnxopt.opset import default_opset
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 
 
@@ -38,7 +39,7 @@ def node_id(n: Node) -> str:
 
 def opset_of(model: Model, graph, domain: str = "") -> int:
     """The opset of `domain` the graph's nodes follow (0 when not imported)."""
-    return model.opset_imports.get(domain, model.opset_imports.get("ai.onnx", 0) if domain == "" else 0)
+    return default_opset(model) if domain == "" else model.opset_imports.get(domain, 0)
 
 
 def known_shape(v: Optional[Value]) -> Optional[list]:
