@@ -74,6 +74,12 @@ class CheckResult:
     outputs: int
     max_abs_diff: float
     first_mismatch: Optional[str] = None
+    unloadable: Optional[str] = None  # onnxruntime's words when it could not load the candidate
+
+    @staticmethod
+    def not_loaded(e: BaseException) -> "CheckResult":
+        why = first_line(e)
+        return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the optimized model: {why})", why)
 
 
 class Reference:
@@ -128,8 +134,7 @@ class Reference:
             except MissingDependency:
                 raise
             except Exception as e:
-                return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the optimized model: "
-                                                     f"{first_line(e)})")
+                return CheckResult.not_loaded(e)
         # Its outputs (pruned ones are gone on purpose), each compared with the original's of the same name.
         names = [o.name for o in candidate.get_outputs()]
         for name in self.required:
@@ -178,7 +183,7 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
         try:
             b = loading_b.result()
         except Exception as e:
-            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the optimized model: {first_line(e)})")
+            return CheckResult.not_loaded(e)
     reference = Reference(a, seed=seed, inputs=inputs, shaped_by=b if shapes_from_optimized else None,
                           required=required_outputs, rtol=rtol, atol=atol)
     return reference.compare(b)

@@ -183,11 +183,10 @@ def optimize(
         if mismatch and not force:
             if written:
                 os.unlink(os.fspath(output))
-            unloadable = "(none: onnxruntime cannot load the optimized model: "
-            if mismatch.startswith(unloadable) and report["opset_after"] != report["opset_before"]:
+            unloadable = report["check"].get("unloadable")
+            if unloadable and report["opset_after"] != report["opset_before"]:
                 raise VerificationError(f"onnxruntime cannot run the model upgraded to opset {report['opset_after']}: "
-                                        f"{mismatch[len(unloadable):-1]}; nothing was written (try a lower --opset, "
-                                        "or none)")
+                                        f"{unloadable}; nothing was written (try a lower --opset, or none)")
             raise VerificationError(f"the optimized model differs from the original at output {mismatch}; "
                                     "nothing was written (use --force to write it anyway)")
     if output is not None and not written:
@@ -204,5 +203,8 @@ def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed
     except check.CheckUnavailable as e:
         log.warning("not checked: %s", e)
         return {"skipped": str(e)}
-    return {"outputs": result.outputs, "max_abs_diff": result.max_abs_diff,
-            "first_mismatch": result.first_mismatch, "seed": None if inputs else seed}
+    out = {"outputs": result.outputs, "max_abs_diff": result.max_abs_diff,
+           "first_mismatch": result.first_mismatch, "seed": None if inputs else seed}
+    if result.unloadable:
+        out["unloadable"] = result.unloadable
+    return out
