@@ -37,6 +37,11 @@ accepts. The rules for that:
 3. Reshape's -1 is worked out only when the other entries' product divides
    the input's symbolically (each symbol cancelled by the same symbol).
 4. Equal of a dim and a negative int is false; of a symbol with itself true.
+5. Slice from 0 to a dim S, step 1, of an axis of int size N has min(S, N)
+   elements; that bound is kept inside the walk (never written) and only
+   turns into S when broadcast against S: where S > N the broadcast fails,
+   so every input the model accepts has S <= N. This is BERT's position
+   embedding, `Slice(table[1, 512], 0, seq)` added to `[batch, seq, 768]`.
 
 Refused (left unknown): ops not listed, other domains, values whose rank
 onnx does not know, subgraphs and function bodies."""
@@ -81,8 +86,23 @@ def _known(d) -> bool:
     return isinstance(d, int) or _is_symbol(d)
 
 
+class AtMost(tuple):
+    """min(symbol, bound): a Slice's length to a dim (rule 5); not a dim
+    onnx can hold, so never written out."""
+
+    def __new__(cls, symbol: str, bound: int):
+        return super().__new__(cls, (symbol, bound))
+
+
 def broadcast_dim(a, b):
-    """Rule 1: the dim of broadcasting a against b (None: unknown)."""
+    """Rules 1 and 5: the dim of broadcasting a against b (None: unknown)."""
+    if isinstance(a, AtMost) or isinstance(b, AtMost):
+        bounded, other = (a, b) if isinstance(a, AtMost) else (b, a)
+        if other == 1:
+            return bounded
+        if isinstance(other, int) or other == bounded or other == bounded[0]:
+            return other  # as rule 1; and S beside min(S, N) is S
+        return None
     a = a if _known(a) else None
     b = b if _known(b) else None
     if a == 1:
@@ -107,7 +127,7 @@ def broadcast(shapes: list) -> Optional[list]:
     out = []
     for i in range(rank):
         dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
-        d = dims[0] if _known(dims[0]) else None
+        d = dims[0] if _known(dims[0]) or isinstance(dims[0], AtMost) else None
         for e in dims[1:]:
             d = broadcast_dim(d, e)
         out.append(d)
@@ -208,7 +228,8 @@ class _Walk:
             if len(have) != len(mine):
                 continue
             # onnx's int or named symbol stays; its generated unk__ name gives way
-            better = [h if _known(h) else (m if _known(m) else h) for h, m in zip(have, mine)]
+            better = [h if _known(h) else (m if _known(m) or isinstance(m, AtMost) else h)
+                      for h, m in zip(have, mine)]
             if any(_known(b) and not _known(h) for b, h in zip(better, have)):
                 refined[name] = better
             self.dims[name] = better
@@ -321,6 +342,8 @@ class _Walk:
             axis = attrs["axis"].i if "axis" in attrs else 0
             axis = axis + len(d[0]) if axis < 0 else axis
             return d[0][:axis] + d[1] + d[0][axis + 1:]
+        if op == "Slice" and d[0] is not None:
+            return self._slice_dims(d[0], ins)
         if op == "Unsqueeze" and d[0] is not None:
             axes = self._axes(n, attrs)
             if axes is None:
@@ -358,6 +381,30 @@ class _Walk:
             allowzero = bool(attrs["allowzero"].i) if "allowzero" in attrs else False
             return reshape_dims(d[0], list(v[0]), allowzero)
         return None
+
+    def _slice_dims(self, x: list, ins: list) -> Optional[list]:
+        """Every axis given constant ints (Python's slice clamps as Slice
+        does), or one from 0 to a dim with step 1 (rule 5)."""
+        v = [self.value(i) if i else None for i in ins[1:5]] + [None] * (5 - len(ins))
+        starts, ends = v[0], v[1]
+        if not starts or not ends or starts[1] or ends[1] or len(starts[0]) != len(ends[0]):
+            return None
+        axes = v[2][0] if v[2] else list(range(len(starts[0])))
+        steps = v[3][0] if v[3] else [1] * len(axes)
+        if len(axes) != len(starts[0]) or len(steps) != len(axes):
+            return None
+        out = list(x)
+        for a, s, e, st in zip(axes, starts[0], ends[0], steps):
+            if not isinstance(a, int) or not -len(x) <= a < len(x):
+                return None
+            a += len(x) if a < 0 else 0
+            if all(isinstance(t, int) for t in (x[a], s, e, st)) and st:
+                out[a] = len(range(x[a])[s:e:st])
+            elif s == 0 and st == 1 and _is_sym_entry(e):
+                out[a] = e if x[a] == e else (AtMost(e, x[a]) if isinstance(x[a], int) else None)
+            else:
+                out[a] = None
+        return out
 
     def _axes(self, n, attrs) -> Optional[list]:
         if "axes" in attrs:

@@ -249,3 +249,61 @@ def test_normalizations_and_attention_keep_the_symbols():
 def test_attention_of_4d_heads_gives_the_queries_and_value_size():
     dims = symbolic_shapes._attention_dims(["B", 4, "S", 8], ["B", 4, "T", 16], {})
     assert dims == ["B", 4, "S", 16]
+
+
+def test_position_slice_to_the_sequence_length_broadcasts_as_it():
+    # BERT's position ids: table[:, :seq] (at most 512 long) added to the
+    # [B, S, 16] token embeddings; any S the Add accepts is at most 512.
+    model = parse("""g (int64[B,S] ids, float[B,S,16] tok) => (float[B,S,16] y) {
+        s = Shape(ids)
+        one = Constant <value = int64 {1}> ()
+        n = Gather(s, one)
+        axes = Constant <value = int64[1] {0}> ()
+        end = Unsqueeze(n, axes)
+        zero = Constant <value = int64[1] {0}> ()
+        ax1 = Constant <value = int64[1] {1}> ()
+        p = Slice(pos, zero, end, ax1, ax1)
+        e = Gather(table, p)
+        y = Add(tok, e)
+    }""")
+    model.graph.initializer.extend([
+        onnx.numpy_helper.from_array(np.zeros((512, 16), np.float32), "table"),
+        onnx.numpy_helper.from_array(np.arange(512, dtype=np.int64)[None], "pos")])
+    m, _ = run_pass("infer_shapes", model)
+    assert shape_of(m, "p")[0] == 1 and unknown(shape_of(m, "p")[1])  # min(S, 512): no dim says that
+    assert shape_of(m, "y") == ["B", "S", 16]
+
+
+def test_slice_bounds_rules():
+    at_most = symbolic_shapes.AtMost("S", 512)
+    b = symbolic_shapes.broadcast_dim
+    assert b("S", at_most) == "S" and b(at_most, "S") == "S"
+    assert b(at_most, at_most) == at_most
+    assert b("T", at_most) is None       # T could be 512 while S is 3
+    assert b(512, at_most) == 512        # an int other than 1 wins, as always
+    assert b(1, at_most) == at_most
+
+
+def test_slice_lengths():
+    m, _ = run_pass("infer_shapes", """g (float[B,10,S] x) => (float a, float b, float c) {
+        s = Shape(x)
+        two = Constant <value = int64 {2}> ()
+        n = Gather(s, two)
+        ax0 = Constant <value = int64[1] {0}> ()
+        end = Unsqueeze(n, ax0)
+        st = Constant <value = int64[1] {2}> ()
+        en = Constant <value = int64[1] {-1}> ()
+        ax = Constant <value = int64[1] {1}> ()
+        x1 = Slice(x, st, en, ax)
+        big = Constant <value = int64[1] {1000}> ()
+        stp = Constant <value = int64[1] {3}> ()
+        x2 = Slice(x, ax0, big, ax, stp)
+        ax2 = Constant <value = int64[1] {2}> ()
+        x3 = Slice(x, ax0, end, ax2)
+        a = ReduceSum <keepdims = 0> (x1)
+        b = ReduceSum <keepdims = 0> (x2)
+        c = ReduceSum <keepdims = 0> (x3)
+    }""")
+    assert shape_of(m, "x1")[1] == 7 and shape_of(m, "x2")[1] == 4
+    assert shape_of(m, "x3")[2] == "S"
+
