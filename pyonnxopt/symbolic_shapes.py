@@ -16,14 +16,15 @@ so one walk in topological order tracks:
 
 * the entries of small integer (and boolean) 0-D/1-D tensors: an int, a
   symbol (the size of some tensor's dim, so never negative) or unknown;
-  through Shape, Gather, Slice, Concat, (Un)Squeeze, Identity, Cast to int64,
-  Add/Sub/Mul with 0 or 1 or known ints, Equal, Where, Constant and
+  through Shape, Gather, Slice, Concat, (Un)Squeeze, Reshape to a vector,
+  Identity, Cast to int64, Add/Sub/Mul with 0 or 1 or known ints, exact
+  Div of ints, Equal, Where, integer ConstantOfShape, Constant and
   initializers;
 * each value's dims: the inferred ones where they are an int or a symbol
   that is not one of onnx's generated unk__ names, else what the op gives from its inputs'
-  dims (Range, Expand, ConstantOfShape, Reshape, broadcasting elementwise
-  ops, MatMul, Transpose, Gather, (Un)Squeeze, Attention, shape-keeping
-  unary ops and normalizations).
+  dims (Range, Expand, ConstantOfShape, Reshape, Slice, Concat,
+  broadcasting elementwise ops, MatMul, Transpose, Gather, (Un)Squeeze,
+  Attention, shape-keeping unary ops and normalizations).
 
 A dim is only ever given a value that holds for every input the model
 accepts. The rules for that:
@@ -36,6 +37,9 @@ accepts. The rules for that:
    delta 1 and limit a dim (never negative); otherwise all three are ints.
 3. Reshape's -1 is worked out only when the other entries' product divides
    the input's symbolically (each symbol cancelled by the same symbol).
+   What is left may be a product such as 12*B: kept inside the walk (never
+   written), so that a later Reshape's -1 can cancel it back to B (the
+   sequence-first head split [S, B, E] -> [S, B*H, D] -> [B, H, S, D]).
 4. Equal of a dim and a negative int is false; of a symbol with itself true.
 5. Slice from 0 to a dim S, step 1, of an axis of int size N has min(S, N)
    elements; that bound is kept inside the walk (never written) and only
@@ -94,8 +98,28 @@ class AtMost(tuple):
         return super().__new__(cls, (symbol, bound))
 
 
+class Product(tuple):
+    """factor * the symbols' product, as a Reshape's -1 of symbolic dims
+    gives it (rule 3: [S, B, 768] -> [S, -1, 64] is [S, 12*B, 64]); kept
+    so that a later -1 can cancel it, never written out."""
+
+    def __new__(cls, factor: int, symbols: Counter):
+        return super().__new__(cls, (factor, tuple(sorted(symbols.items()))))
+
+    @property
+    def symbols(self) -> Counter:
+        return Counter(dict(self[1]))
+
+
+def _internal(d) -> bool:
+    """A dim the walk keeps for later rules but onnx cannot hold."""
+    return isinstance(d, (AtMost, Product))
+
+
 def broadcast_dim(a, b):
     """Rules 1 and 5: the dim of broadcasting a against b (None: unknown)."""
+    if isinstance(a, Product) and a == b:
+        return a
     if isinstance(a, AtMost) or isinstance(b, AtMost):
         bounded, other = (a, b) if isinstance(a, AtMost) else (b, a)
         if other == 1:
@@ -127,7 +151,7 @@ def broadcast(shapes: list) -> Optional[list]:
     out = []
     for i in range(rank):
         dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
-        d = dims[0] if _known(dims[0]) or isinstance(dims[0], AtMost) else None
+        d = dims[0] if _known(dims[0]) or _internal(dims[0]) else None
         for e in dims[1:]:
             d = broadcast_dim(d, e)
         out.append(d)
@@ -140,6 +164,9 @@ def _product(dims: list) -> Optional[tuple]:
     for d in dims:
         if isinstance(d, int):
             c *= d
+        elif isinstance(d, Product):
+            c *= d[0]
+            syms += d.symbols
         elif _known(d):
             syms[d] += 1
         else:
@@ -151,7 +178,7 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
     out = []
     for j, e in enumerate(target):
         if isinstance(e, int) and e == 0 and not allowzero:
-            out.append(x[j] if x is not None and j < len(x) and _known(x[j]) else None)
+            out.append(x[j] if x is not None and j < len(x) and (_known(x[j]) or _internal(x[j])) else None)
         elif isinstance(e, int) and e == -1:
             out.append(-1)
         elif (isinstance(e, int) and e >= 0) or _is_symbol(e):
@@ -172,6 +199,8 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
                 out[i] = c
             elif c == 1 and sum(rest.values()) == 1:
                 out[i] = next(iter(rest))
+            else:
+                out[i] = Product(c, rest)
     return out
 
 
@@ -228,7 +257,7 @@ class _Walk:
             if len(have) != len(mine):
                 continue
             # onnx's int or named symbol stays; its generated unk__ name gives way
-            better = [h if _known(h) else (m if _known(m) or isinstance(m, AtMost) else h)
+            better = [h if _known(h) else (m if _known(m) or _internal(m) else h)
                       for h, m in zip(have, mine)]
             if any(_known(b) and not _known(h) for b, h in zip(better, have)):
                 refined[name] = better
@@ -288,10 +317,28 @@ class _Walk:
                 s, e = vals[1][0][0], vals[2][0][0]
                 if isinstance(s, int) and isinstance(e, int):
                     self.values[out] = (list(vals[0][0][s:e]), False)
-        elif op in ("Add", "Sub", "Mul", "Equal") and len(vals) == 2 and vals[0] and vals[1]:
+        elif op == "Reshape" and vals[0] and len(vals) > 1 and vals[1] and len(vals[1][0]) == 1 \
+                and vals[1][0][0] in (-1, len(vals[0][0])):
+            self.values[out] = (list(vals[0][0]), False)  # a scalar or vector to a vector
+        elif op == "ConstantOfShape" and vals[0] and not vals[0][1] and len(vals[0][0]) <= 1:
+            self._filled(out, vals[0][0], attrs.get("value"))
+        elif op in ("Add", "Sub", "Mul", "Div", "Equal") and len(vals) == 2 and vals[0] and vals[1]:
             self._elementwise(op, vals[0], vals[1], out)
         elif op == "Where" and len(vals) == 3 and all(vals):
             self._where(vals, out)
+
+    def _filled(self, out, shape: list, value) -> None:
+        """ConstantOfShape of an integer or boolean value (its default is a
+        float 0, not an index) to a vector of known length, or a scalar."""
+        if value is None or value.t.data_type not in (6, 7, 9):
+            return
+        if not all(isinstance(e, int) and 0 <= e <= _MAX_ENTRIES for e in shape):
+            return
+        from onnx import numpy_helper
+
+        x = numpy_helper.to_array(value.t).reshape(-1)[0].item()
+        entry = ("b", bool(x)) if value.t.data_type == 9 else int(x)
+        self.values[out] = ([entry] * (shape[0] if shape else 1), not shape)
 
     def _elementwise(self, op, a, b, out) -> None:
         (ea, sa), (eb, sb) = a, b
@@ -344,6 +391,8 @@ class _Walk:
             return d[0][:axis] + d[1] + d[0][axis + 1:]
         if op == "Slice" and d[0] is not None:
             return self._slice_dims(d[0], ins)
+        if op == "Concat" and d and all(x is not None and len(x) == len(d[0]) for x in d):
+            return _concat_dims(d, attrs["axis"].i)
         if op == "Unsqueeze" and d[0] is not None:
             axes = self._axes(n, attrs)
             if axes is None:
@@ -437,6 +486,8 @@ def _binary(op, x, y):
             return ("b", True) if x == y else None
         i = y if _is_sym_entry(x) else x
         return ("b", False) if i < 0 else None
+    if op == "Div":  # exact division of ints only: no rounding rule to follow
+        return x // y if isinstance(x, int) and isinstance(y, int) and y and x % y == 0 else None
     if isinstance(x, int) and isinstance(y, int):
         r = {"Add": x + y, "Sub": x - y, "Mul": x * y}[op]
         return r if -(1 << 63) <= r < (1 << 63) else None
@@ -447,6 +498,23 @@ def _binary(op, x, y):
     if op == "Mul" and (x == 1 or y == 1):
         return y if x == 1 else x
     return None
+
+
+def _concat_dims(inputs: list, axis: int) -> Optional[list]:
+    """The axis adds up (ints only); every other dim is the inputs' one,
+    which they must share: any input's known value holds."""
+    rank = len(inputs[0])
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        return None
+    out = []
+    for i in range(rank):
+        col = [x[i] for x in inputs]
+        if i == axis:
+            out.append(sum(col) if all(isinstance(c, int) for c in col) else None)
+        else:
+            out.append(next((c for c in col if _known(c)), None))
+    return out
 
 
 def _attention_dims(q: list, v: list, attrs) -> Optional[list]:

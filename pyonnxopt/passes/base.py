@@ -29,6 +29,11 @@ class Pass:
 
     name: str = ""
     description: str = ""
+    # Runs only in an iteration whose earlier passes changed nothing: a
+    # fusion then sees the graph the cleanup passes settled on (no-op
+    # Reshapes gone, computed shapes constant, dims inferred), where its
+    # larger variants match, rather than a half-cleaned one.
+    after_cleanup: bool = False
 
     def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
         raise TypeError(f"{type(self).__name__} must define run()")

@@ -1,5 +1,7 @@
 """Runs passes in order, repeatedly, until none changes the model (or the
-iteration cap), keeping each run's time and what it changed."""
+iteration cap), keeping each run's time and what it changed. A pass that
+waits for cleanup (the fusion rules) is left out of an iteration in which
+an earlier pass changed the model, except in the last allowed one."""
 
 from __future__ import annotations
 
@@ -59,7 +61,10 @@ def run_passes(
     for iteration in range(1, max_iterations + 1):
         report.iterations = iteration
         changed = False
+        cleaned = True  # no pass that does not wait for cleanup changed the model yet in this iteration
         for p in chosen:
+            if p.after_cleanup and not cleaned and iteration < max_iterations:
+                continue  # the next iteration
             if progress:
                 progress(p.name, iteration)
             start = time.perf_counter()
@@ -75,6 +80,7 @@ def run_passes(
             log.debug("%s (iteration %d): %s in %.3f s", p.name, iteration, result.stats, seconds)
             done.append(p.name)
             changed = changed or result.modified
+            cleaned = cleaned and (p.after_cleanup or not result.modified)
             if after_pass is not None and after_pass(model, run) is False:
                 report.stopped = True
                 return model, report

@@ -63,3 +63,25 @@ def test_python_passes_and_errors_name_the_pass_and_those_before(python_passes):
         register(CountNodes())
     with pytest.raises(ValueError, match="native"):
         unregister("eliminate_dead_code")
+
+
+class WaitingCount(CountNodes):
+    name = "test_waiting_count"
+    description = "waits for cleanup, counts nodes"
+    after_cleanup = True
+
+
+def test_a_pass_that_waits_sees_the_cleaned_graph():
+    register(WaitingCount())
+    try:
+        m, report = run_passes(MODEL, passes=["eliminate_dead_code", "test_waiting_count"])
+        # iteration 1: dead code went, so the waiting pass sat out; iteration 2: nothing changed first
+        assert [(r.name, r.iteration) for r in report.runs] == [
+            ("eliminate_dead_code", 1), ("eliminate_dead_code", 2), ("test_waiting_count", 2)]
+        assert report.runs[-1].stats["nodes"] == 2 and report.converged
+        # the last allowed iteration runs it anyway
+        _, capped = run_passes(MODEL, passes=["eliminate_dead_code", "test_waiting_count"], max_iterations=1)
+        assert [r.name for r in capped.runs] == ["eliminate_dead_code", "test_waiting_count"]
+        assert capped.runs[-1].stats["nodes"] == 2
+    finally:
+        unregister(WaitingCount.name)

@@ -158,7 +158,7 @@ def test_optimize_verify_each_pass(broken_passes, tmp_path):
     _, report = pyonnxopt.optimize(chain(adds=3, negs=2), str(out), verify_each_pass=True)
     assert report["verified_each_pass"] >= 3 and out.exists()
     bad = tmp_path / "bad.onnx"
-    with pytest.raises(VerificationError, match=rf"pass {BAD_RULE} \(iteration 1\).*bad_tanh"):
+    with pytest.raises(VerificationError, match=rf"pass {BAD_RULE} \(iteration \d+\).*bad_tanh"):
         pyonnxopt.optimize(chain(adds=3, negs=2, bad_tanh_at=0), str(bad), verify_each_pass=True)
     assert not bad.exists()
 

@@ -160,9 +160,6 @@ class FuseAttention(Rule):
         bhst = _layout(m)
         if isinstance(bhst, str):
             return bhst
-        pending = _seq_first_unshaped(m)
-        if pending:
-            return pending
         if "mask" in m:
             why = _mask_reason(dims(m["mask"]), bhst)
             if why:
@@ -327,30 +324,6 @@ def _shared_heads(parts: list, merge_ok) -> Union[tuple, str]:
     if not merge_ok(q, v):
         return "the head merge's shape has a 0 (copy a dim) past its second entry"
     return q[0], q[2], q[1], k[1]
-
-
-def _seq_first_unshaped(m: Match) -> Optional[str]:
-    """A 4-D match whose q is split sequence-first by values not shaped yet
-    (an earlier pass of this iteration made them): the seq_first layout,
-    which also takes the split and merge along, gets its turn once the next
-    iteration has inferred them."""
-    if "q" not in m:
-        return None
-    split = m["q"].producer
-    batch_first = _producer_of(split, "Reshape")
-    fold = _producer_of(batch_first, "Transpose")
-    if fold is None or fold.op_type != "Reshape" or batch_first.attributes.get("perm") != [1, 0, 2]:
-        return None
-    if dims(fold.inputs[0]) is None or dims(fold.outputs[0]) is None:
-        return "q is split sequence-first by values whose shapes are not known yet (next iteration)"
-    return None
-
-
-def _producer_of(node, op_type: str):
-    """The node making `node`'s first input, when `node` is an `op_type`."""
-    if node is None or node.op_type != op_type or not node.inputs or node.inputs[0] is None:
-        return None
-    return node.inputs[0].producer
 
 
 def _split_seq_first(m: Match, name: str) -> Union[tuple, str]:
