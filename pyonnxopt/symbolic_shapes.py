@@ -23,7 +23,7 @@ so one walk in topological order tracks:
 * each value's dims: the inferred ones where they are an int or a symbol
   that is not one of onnx's generated unk__ names, else what the op gives from its inputs'
   dims (Range, Expand, ConstantOfShape, Reshape, Slice, Concat,
-  broadcasting elementwise ops, MatMul, Transpose, Gather, (Un)Squeeze,
+  broadcasting elementwise ops, MatMul, Gemm, Transpose, Gather, (Un)Squeeze,
   Attention, shape-keeping unary ops and normalizations).
 
 A dim is only ever given a value that holds for every input the model
@@ -380,6 +380,11 @@ class _Walk:
                 return None
             batch = broadcast([a[:-2], b[:-2]])
             return None if batch is None else batch + [a[-2], b[-1]]
+        if op == "Gemm" and len(d) >= 2 and d[0] is not None and d[1] is not None \
+                and len(d[0]) == 2 and len(d[1]) == 2:
+            ta = attrs["transA"].i if "transA" in attrs else 0
+            tb = attrs["transB"].i if "transB" in attrs else 0
+            return [d[0][1 if ta else 0], d[1][0 if tb else 1]]
         if op == "Attention" and len(d) >= 3 and d[0] is not None and d[2] is not None:
             return _attention_dims(d[0], d[2], attrs)
         if op == "Transpose" and d[0] is not None:

@@ -301,6 +301,67 @@ const char* gather(const PushQuery& q, Push& out) {
   return nullptr;
 }
 
+// MatMul(Transpose<q>(v), B) with B 2-d multiplies each row of the last
+// axis alone: any q that keeps the last axis moves below it unchanged.
+const char* matmul(const PushQuery& q, Push& out) {
+  const Node& n = q.node;
+  const size_t r = q.perm.size();
+  if (r < 3 || q.perm[r - 1] != static_cast<int64_t>(r - 1)) return "the Transpose moves the reduced (last) axis";
+  if (n.inputs.size() != 2 || !n.inputs[0] || !n.inputs[1] || !q.transposed(*n.inputs[0]))
+    return "the transposed value is not MatMul's first input";
+  std::optional<std::vector<int64_t>> b = known_shape(n.inputs[1]);
+  if (!b || b->size() != 2) return refuse(out, "the second input " + quoted(n.inputs[1]) + " is not known to be 2-d");
+  return start(q, out, 1);
+}
+
+// Reshape(Transpose<q>(v), t) where q moves only the first k axes and t
+// keeps them (each entry a 0, that dim, or one -1 with the rest of t
+// holding exactly the other axes' elements): Reshape(v, [0]*k + t[k:])
+// then Transpose<q[:k] + identity>.
+const char* reshape(const PushQuery& q, Push& out) {
+  const Node& n = q.node;
+  const int64_t r = rank_of(q);
+  int64_t k = r;
+  while (k > 0 && q.perm[static_cast<size_t>(k - 1)] == k - 1) --k;
+  if (n.inputs.size() < 2 || !n.inputs[1]) return "Reshape without a shape";
+  const char* bad = nullptr;
+  std::optional<std::vector<int64_t>> target = constant_ints(n.inputs[1], &bad);
+  if (!target) return refuse(out, "shape " + quoted(n.inputs[1]) + " " + bad);
+  std::optional<std::vector<int64_t>> dims = known_shape(n.inputs[0]);
+  if (!dims || static_cast<int64_t>(dims->size()) != r) return "the input's rank is unknown";
+  const bool allowzero = int_attr(n, "allowzero", 0) != 0;
+  if (static_cast<int64_t>(target->size()) < k) return "the Reshape does not keep the axes the Transpose moves";
+  if (allowzero && std::count(target->begin(), target->end(), 0)) return "allowzero with a 0 size in the shape";
+  bool free_in_prefix = false;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t t = (*target)[static_cast<size_t>(i)], d = (*dims)[static_cast<size_t>(i)];
+    if (t == -1) free_in_prefix = true;
+    else if (t != 0 && (d == kUnknownDim || t != d)) return "the Reshape does not keep the axes the Transpose moves";
+  }
+  if (free_in_prefix) {  // -1 stands for that axis only if the rest keeps the other axes' elements
+    int64_t have = 1, want = 1;
+    for (int64_t i = k; i < r; ++i) {
+      if ((*dims)[static_cast<size_t>(i)] == kUnknownDim) return "the unmoved axes' sizes are unknown";
+      have *= (*dims)[static_cast<size_t>(i)];
+    }
+    for (size_t i = static_cast<size_t>(k); i < target->size(); ++i) {
+      if ((*target)[i] <= 0) return "the Reshape does not keep the axes the Transpose moves";
+      want *= (*target)[i];
+    }
+    if (have != want) return "the Reshape does not keep the axes the Transpose moves";
+  }
+  if (const char* why = start(q, out, 1)) return why;
+  std::vector<int64_t> kept(static_cast<size_t>(k), 0);
+  kept.insert(kept.end(), target->begin() + k, target->end());
+  out.inputs[1].kind = PushedInput::kReplaced;
+  out.inputs[1].tensor = int_tensor(kept, fold::kInt64);
+  if (n.attribute("allowzero")) out.attributes.push_back(int_attribute("allowzero", 0));
+  Perm perm(q.perm.begin(), q.perm.begin() + k);
+  for (int64_t i = k; i < static_cast<int64_t>(kept.size()); ++i) perm.push_back(i);
+  out.outputs[0] = perm;
+  return nullptr;
+}
+
 const char* arg_reduce(const PushQuery& q, Push& out) {
   if (const char* why = one_axis(q, 0, out)) return why;
   std::vector<bool> reduced(q.perm.size(), false);
@@ -453,6 +514,8 @@ const char* plan_push(const PushQuery& q, Push& out) {
   if (kReduce.count(op)) return reduce(q, opset, out);
   if (op == "Squeeze") return squeeze(q, opset, out);
   if (op == "Gather") return gather(q, out);
+  if (op == "MatMul") return matmul(q, out);
+  if (op == "Reshape" && (!opset || opset >= 5)) return reshape(q, out);
   if (op == "Slice") return slice(q, opset, out);
   if (op == "Pad") return pad(q, opset, out);
   if (op == "Resize") return resize(q, opset, out);

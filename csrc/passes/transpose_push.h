@@ -17,6 +17,12 @@
 //     the order of v, so q' is what q says about them; Squeeze (axes
 //     given) and Gather of one constant scalar index alike, dropping their
 //     axes;
+//   - MatMul with a 2-d second input, when q keeps the last axis: each row
+//     is multiplied alone, so nothing changes;
+//   - Reshape that keeps the first k axes, the ones q moves (each target
+//     entry 0, that size, or one -1 beside a rest that holds exactly the
+//     other axes' elements): the target's first k entries become 0 (copy)
+//     and q' is q on them, the identity after;
 //   - Slice: axes a -> q[a] (axes made explicit when absent);
 //     Pad: pads[q[i]] <- pads[i] per begin/end half (or its axes remapped);
 //     Resize: scales, sizes and roi reordered the same way.

@@ -36,10 +36,15 @@ def same_numbers(before, after, feeds=None):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
-def check(text, opset=17):
-    """Runs the pass; the numbers match, and a second run changes nothing."""
+def check(text, opset=17, shaped=False):
+    """Runs the pass (after infer_shapes when `shaped`: rules that need the
+    dims); the numbers match, and a second run changes nothing."""
     before = parse(text, opset) if isinstance(text, str) else text
-    m, r = run(before)
+    if shaped:
+        m, _ = run_pass("infer_shapes", before)
+        r = get("optimize_transposes").run(m, PassOptions())
+    else:
+        m, r = run(before)
     same_numbers(before, m)
     again = get("optimize_transposes").run(m, PassOptions())
     assert not again.modified, again.stats
@@ -387,6 +392,64 @@ def test_unbinding_a_packed_projection_leaves_no_transpose():
     assert "Transpose" not in ops(m) and ops(m).count("Gather") == 3
     gathers = [n for n in m.graph.nodes if n.op_type == "Gather"]
     assert all(n.inputs[0].producer.op_type == "Squeeze" for n in gathers)
+
+
+def test_matmul_by_a_matrix_and_a_row_keeping_reshape_let_it_through():
+    # nn.MultiheadAttention's packed projection, batch dynamic: [S, B, E]
+    # comes from [B, S, E]; the projection, its bias, the unflatten to
+    # [S, B, 3, E] and the unbind all work on rows, so the Transpose meets
+    # the ones back to batch-first and all cancel.
+    m, r = check("""g (float[B,5,4] x) => (float[B,5,4] q, float[B,5,4] k)
+            <float[4,8] w = {1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5,
+                             0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6},
+             float[8] bias = {1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0}, int64[4] shape = {5, -1, 2, 4},
+             int64 i0 = {0}, int64 i1 = {1}> {
+        t = Transpose <perm = [1, 0, 2]> (x)
+        p = MatMul(t, w)
+        a = Add(p, bias)
+        u = Reshape(a, shape)
+        qs = Gather <axis = 2> (u, i0)
+        ks = Gather <axis = 2> (u, i1)
+        q = Transpose <perm = [1, 0, 2]> (qs)
+        k = Transpose <perm = [1, 0, 2]> (ks)
+    }""", shaped=True)
+    assert "Transpose" not in ops(m)
+    reshape = next(n for n in m.graph.nodes if n.op_type == "Reshape")
+    assert reshape.inputs[1].initializer.numpy().tolist() == [0, 0, 2, 4]
+    assert [n.attributes["axis"] for n in m.graph.nodes if n.op_type == "Gather"] == [2, 2]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("""g (float[3,5,4] x) => (float[5,4,2] y) <float[3,2] w = {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}> {
+        t = Transpose <perm = [1, 2, 0]> (x)
+        p = MatMul(t, w)
+        y = Relu(p)
+    }""", "the Transpose moves the reduced (last) axis"),
+    ("""g (float[3,5,4] x) => (float[15,4] y) <int64[2] s = {-1, 4}> {
+        t = Transpose <perm = [1, 0, 2]> (x)
+        r = Reshape(t, s)
+        y = Relu(r)
+    }""", "the Reshape does not keep the axes the Transpose moves"),
+    ("""g (float[3,N,4] x) => (float[N,2,2,3] y) <int64[4] s = {-1, 2, 2, 3}> {
+        t = Transpose <perm = [1, 0, 2]> (x)
+        r = Reshape(t, s)
+        y = Relu(r)
+    }""", "the Reshape does not keep the axes the Transpose moves"),
+])
+def test_matmul_and_reshape_refusals(text, why):
+    before = pyonnxopt.load(parse(text))
+    m, _ = run_pass("infer_shapes", parse(text))
+    r = get("optimize_transposes").run(m, PassOptions())
+    assert structure(m) == structure(before) and why in reasons(r), r.stats["refused"]
+
+
+def test_reshape_splitting_the_last_axis_behind_a_4d_transpose():
+    m, r = check("""g (float[2,3,4,6] x) => (float[2,3,4,2,3] y) <int64[5] s = {0, 0, 0, 2, 3}> {
+        t = Transpose <perm = [0, 2, 1, 3]> (x)
+        r = Reshape(t, s)
+        y = Transpose <perm = [0, 2, 1, 3, 4]> (r)
+    }""", shaped=True)
+    assert ops(m) == ["Reshape"]
 
 
 def test_gather_of_several_indices_stops_it():

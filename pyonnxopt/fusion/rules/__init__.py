@@ -1,5 +1,6 @@
 """The built-in fusion rules, in the order the pipeline runs them."""
 
+from pyonnxopt.fusion.rules.cancel_row_transposes import CancelRowTransposes
 from pyonnxopt.fusion.rules.fuse_attention import FuseAttention
 from pyonnxopt.fusion.rules.fuse_consecutive_slices import FuseConsecutiveSlices
 from pyonnxopt.fusion.rules.fuse_conv_batchnorm import FuseConvBatchnorm
@@ -28,4 +29,5 @@ BUILTIN_RULES: list = [
     FuseAttention(),
     # Data movement.
     FuseConsecutiveSlices(),
+    CancelRowTransposes(),
 ]

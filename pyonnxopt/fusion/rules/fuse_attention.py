@@ -25,7 +25,9 @@ Two layouts:
       [0,1,3,2])), out = Reshape(Transpose(y, [2,0,1,3]), ...) from [S, B, H, Dv].
       It becomes Attention(Transpose(qs, [1,0,2]), ...) and the merge's Reshape
       of Transpose(Attention, [1,0,2]): with B = 1 those Transposes move only a
-      size-1 axis, and optimize_transposes makes them Reshapes.
+      size-1 axis, and optimize_transposes makes them Reshapes. With B = 1
+      optimize_transposes may have pushed the [S, B, E] Transpose into the
+      fold already (qs [1, S, E] -> [S, H, D]): such a qs is taken as it is.
 
 Which op:
  - the opset-23 Attention for --target onnx, and for --target ort at opset 23
@@ -225,8 +227,17 @@ def _batch_first(m: Match, edit: Edit) -> list:
     for name in ("qs", "ks", "vs"):
         v = m[name]
         if v not in made:
-            (made[v],) = edit.node("Transpose", [v], {"perm": [1, 0, 2]}, hint=f"{v.name}_batch_first")
+            made[v] = v if _batch_first_batch_1(m, name[0]) else \
+                edit.node("Transpose", [v], {"perm": [1, 0, 2]}, hint=f"{v.name}_batch_first")[0]
     return [made[m[name]] for name in ("qs", "ks", "vs")]
+
+
+def _batch_first_batch_1(m: Match, name: str) -> bool:
+    """name's input is [1, S, E] folded to [S, H, D]: batch-first with batch
+    1, where optimize_transposes pushed the [S, 1, E] Transpose into the fold."""
+    flat, folded = dims(m[f"{name}s"]), dims(m[f"{name}_fold"].outputs[0])
+    return (flat is not None and folded is not None and len(flat) == 3 and flat[0] == 1 and flat[1] != 1
+            and same_dim(folded[0], flat[1]))
 
 
 def _emitted(m: Match) -> str:
@@ -335,6 +346,8 @@ def _split_seq_first(m: Match, name: str) -> Union[tuple, str]:
     if flat is None or folded is None or split is None or (len(flat), len(folded), len(split)) != (3, 3, 4):
         return f"{label} is not [S,B,E] -> [S,B*H,D] -> [B,H,S,D]"
     s, b, e = flat
+    if _batch_first_batch_1(m, name):
+        s, b = b, s
     _, h, _, d = split
     if not (same_dim(folded[0], s) and same_dim(split[0], b) and same_dim(split[2], s) and isinstance(e, int)
             and isinstance(h, int) and isinstance(d, int) and folded[2] == d and h * d == e):

@@ -1,0 +1,85 @@
+"""cancel_row_transposes: structure, numbers at several batch sizes, refusals."""
+
+import numpy as np
+import pytest
+
+import pyonnxopt
+from pyonnxopt.passes import get
+
+from helpers import ops, outputs, parse
+
+# nn.MultiheadAttention's output projection with a dynamic batch: [S, B, E] rows
+# through a Gemm, back to batch-first.
+PROJECTION = """g (float[B,5,8] x) => (float[B,5,6] y) <float[6,8] w = {%s}, float[6] c = {1, 2, 3, 4, 5, 6},
+        int64[2] flat = {-1, 8}, int64[3] back = {5, -1, 6}> {
+    t = Transpose <perm = [1, 0, 2]> (x)
+    f = Reshape(t, flat)
+    g = Gemm <transB = 1> (f, w, c)
+    u = Reshape(g, back)
+    y = Transpose <perm = [1, 0, 2]> (u)
+}""" % ", ".join(str(0.1 * i) for i in range(48))
+
+
+def run(text):
+    before = parse(text)
+    m = pyonnxopt.load(before)
+    get("infer_shapes").run(m)
+    r = get("cancel_row_transposes").run(m)
+    assert m.check_invariants() == []
+    return before, m, r
+
+
+def same(before, m, shapes):
+    rng = np.random.default_rng(0)
+    for shape in shapes:
+        x = rng.standard_normal(shape).astype(np.float32)
+        for want, got in zip(outputs(before, {"x": x}), outputs(m, {"x": x})):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_both_transposes_go_and_the_rows_stay_in_a_gemm():
+    before, m, r = run(PROJECTION)
+    assert ops(m) == ["Reshape", "Gemm", "Reshape"] and m.graph.nodes[0].inputs[0].name == "x"
+    assert m.graph.nodes[-1].inputs[1].initializer.numpy().tolist() == [-1, 5, 6]
+    assert m.graph.nodes[1].attributes["transB"] == 1 and m.graph.nodes[-1].outputs[0].name == "y"
+    same(before, m, [(1, 5, 8), (3, 5, 8)])
+
+
+def test_matmul_rows():
+    before, m, r = run("""g (float[2,B,4] x) => (float[2,B,3] y) <float[4,3] w = {1,2,3,4,5,6,7,8,9,10,11,12},
+            int64[2] flat = {-1, 4}, int64[3] back = {-1, 2, 3}> {
+        t = Transpose <perm = [1, 0, 2]> (x)
+        f = Reshape(t, flat)
+        g = MatMul(f, w)
+        u = Reshape(g, back)
+        y = Transpose <perm = [1, 0, 2]> (u)
+    }""")
+    assert ops(m) == ["Reshape", "MatMul", "Reshape"]
+    assert m.graph.nodes[-1].inputs[1].initializer.numpy().tolist() == [2, -1, 3]
+    same(before, m, [(2, 1, 4), (2, 5, 4)])
+
+
+@pytest.mark.parametrize("change, why", [
+    (("perm = [1, 0, 2]> (u)", "perm = [0, 1, 2]> (u)"), "are not inverses"),
+    (("Gemm <transB = 1>", "Gemm <transA = 1, transB = 1>"), "transposes its first input"),
+    (("int64[3] back = {5, -1, 6}", "int64[3] back = {-1, 5, 6}"), "does not provably give back the rows' dims"),
+])
+def test_refusals(change, why):
+    before, m, r = run(PROJECTION.replace(*change))
+    assert not r.modified and any(why in x for x in r.stats["near_misses"]), r.stats["near_misses"]
+
+
+def test_two_unknown_leading_dims_would_need_a_computed_shape():
+    before, m, r = run("""g (float[B,S,8] x) => (float[B,S,6] y) <float[6,8] w = {%s}, int64[2] flat = {-1, 8},
+            int64[2] lead = {1, 0}, int64[1] six = {6}> {
+        t = Transpose <perm = [1, 0, 2]> (x)
+        f = Reshape(t, flat)
+        g = Gemm <transB = 1> (f, w)
+        st = Shape(x)
+        sb = Gather(st, lead)
+        back = Concat <axis = 0> (sb, six)
+        u = Reshape(g, back)
+        y = Transpose <perm = [1, 0, 2]> (u)
+    }""" % ", ".join(["0.5"] * 48))
+    assert not r.modified
+    assert any("has more than one unknown dim" in x for x in r.stats["near_misses"]), r.stats["near_misses"]
