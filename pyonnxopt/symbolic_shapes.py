@@ -17,12 +17,12 @@ so one walk in topological order tracks:
 * the entries of small integer (and boolean) 0-D/1-D tensors: an int, a
   symbol (the size of some tensor's dim, so never negative) or unknown;
   through Shape, Gather, Slice, Concat, (Un)Squeeze, Reshape to a vector,
-  Identity, Cast to int64, Add/Sub/Mul with 0 or 1 or known ints, exact
+  Identity, Cast to int64, Add/Sub of dims and ints, Mul by an int, exact
   Div of ints, Equal, Where, integer ConstantOfShape, Constant and
   initializers;
 * each value's dims: the inferred ones where they are an int or a symbol
   that is not one of onnx's generated unk__ names, else what the op gives from its inputs'
-  dims (Range, Expand, ConstantOfShape, Reshape, Slice, Concat,
+  dims (Range, Expand, ConstantOfShape, Reshape, Slice, Concat, Split,
   broadcasting elementwise ops, MatMul, Gemm, Transpose, Gather, (Un)Squeeze,
   Attention, shape-keeping unary ops and normalizations).
 
@@ -33,19 +33,25 @@ accepts. The rules for that:
    other than 1 wins over a symbol (the symbol is then 1 or that int);
    two different symbols, or an unknown beside anything but an int other
    than 1, stay unknown.
-2. Range(start, limit, delta) has `limit` elements only when start is 0,
-   delta 1 and limit a dim (never negative); otherwise all three are ints.
+2. Range(start, limit, 1) has limit - start elements when that is a dim
+   or a sum of dims (GPT-2's positions, Range(past, past + seq)); any
+   other Range only when all three are ints.
 3. Reshape's -1 is worked out only when the other entries' product divides
    the input's symbolically (each symbol cancelled by the same symbol).
    What is left may be a product such as 12*B: kept inside the walk (never
    written), so that a later Reshape's -1 can cancel it back to B (the
    sequence-first head split [S, B, E] -> [S, B*H, D] -> [B, H, S, D]).
 4. Equal of a dim and a negative int is false; of a symbol with itself true.
+   Add and Sub of dims and ints, and Mul by an int, give sums (Linear)
+   that stay in the walk, never written (but see 6).
 5. Slice from 0 to a dim S, step 1, of an axis of int size N has min(S, N)
    elements; that bound is kept inside the walk (never written) and only
    turns into S when broadcast against S: where S > N the broadcast fails,
    so every input the model accepts has S <= N. This is BERT's position
    embedding, `Slice(table[1, 512], 0, seq)` added to `[batch, seq, 768]`.
+6. A sum of dims that a value onnx knows has as a named symbol (a graph
+   output's declared `total_seq`, Concat(past, new) along that axis) is
+   that symbol wherever else it comes up.
 
 Refused (left unknown): ops not listed, other domains, values whose rank
 onnx does not know, subgraphs and function bodies."""
@@ -111,14 +117,67 @@ class Product(tuple):
         return Counter(dict(self[1]))
 
 
+class Linear:
+    """const + the sum of coefficient * symbol: dims added up (GPT-2's past
+    length plus the new tokens'), kept inside the walk; never written, but
+    a value onnx names (the present keys' `total_seq`) names it from then
+    on (rule 6)."""
+
+    __slots__ = ("const", "terms")
+
+    def __init__(self, const: int, terms: dict):
+        self.const = const
+        self.terms = tuple(sorted((s, c) for s, c in terms.items() if c))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Linear) and (self.const, self.terms) == (other.const, other.terms)
+
+    def __hash__(self) -> int:
+        return hash((self.const, self.terms))
+
+    def __repr__(self) -> str:
+        return " + ".join([f"{c}*{s}" for s, c in self.terms] + ([str(self.const)] if self.const else []))
+
+    def nonnegative(self) -> bool:
+        return self.const >= 0 and all(c > 0 for _, c in self.terms)
+
+
+def _as_linear(x) -> Optional[Linear]:
+    if isinstance(x, Linear):
+        return x
+    if isinstance(x, int) and not isinstance(x, bool):
+        return Linear(x, {})
+    return Linear(0, {x: 1}) if _is_symbol(x) else None
+
+
+def _simplest(x: Linear):
+    """An int, a symbol, or the Linear itself."""
+    if not x.terms:
+        return x.const
+    if x.const == 0 and len(x.terms) == 1 and x.terms[0][1] == 1:
+        return x.terms[0][0]
+    return x
+
+
+def _linear_sum(x, y, sign: int = 1):
+    """x + sign * y over ints, symbols and Linears; None otherwise."""
+    lx, ly = _as_linear(x), _as_linear(y)
+    if lx is None or ly is None:
+        return None
+    terms = dict(lx.terms)
+    for s, c in ly.terms:
+        terms[s] = terms.get(s, 0) + sign * c
+    return _simplest(Linear(lx.const + sign * ly.const, terms))
+
+
 def _internal(d) -> bool:
     """A dim the walk keeps for later rules but onnx cannot hold."""
-    return isinstance(d, (AtMost, Product))
+    return isinstance(d, (AtMost, Product, Linear))
 
 
 def broadcast_dim(a, b):
     """Rules 1 and 5: the dim of broadcasting a against b (None: unknown)."""
-    if isinstance(a, Product) and a == b:
+    if _internal(a) and a == b:
         return a
     if isinstance(a, AtMost) or isinstance(b, AtMost):
         bounded, other = (a, b) if isinstance(a, AtMost) else (b, a)
@@ -205,7 +264,8 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
 
 
 class _Walk:
-    def __init__(self, graph):
+    def __init__(self, graph, names: Optional[dict] = None):
+        self.names = dict(names or {})  # Linear -> the symbol a value onnx knows gives it (rule 6)
         self.dims = {}     # name -> list of dims (int | symbol | generated unk__ str | None)
         self.values = {}   # name -> (entries, scalar)
         self.input_names = {v.name for v in graph.input}
@@ -244,25 +304,50 @@ class _Walk:
                 continue
             try:
                 self._values(n)
-                mine = self._node_dims(n)
+                outputs = self._split_dims(n) if n.op_type == "Split" else [self._node_dims(n)]
             except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
                 continue
-            if mine is None or not n.output or not n.output[0]:
-                continue
-            name = n.output[0]
-            have = self.dims.get(name)
-            if have is None:
-                self.dims[name] = mine
-                continue
-            if len(have) != len(mine):
-                continue
-            # onnx's int or named symbol stays; its generated unk__ name gives way
-            better = [h if _known(h) else (m if _known(m) or _internal(m) else h)
-                      for h, m in zip(have, mine)]
-            if any(_known(b) and not _known(h) for b, h in zip(better, have)):
-                refined[name] = better
-            self.dims[name] = better
+            for name, mine in zip(n.output, outputs):
+                if mine is not None and name:
+                    self._merge(name, mine, refined)
         return refined
+
+    def _merge(self, name: str, mine: list, refined: dict) -> None:
+        mine = [self.names.get(m, m) if isinstance(m, Linear) else m for m in mine]
+        have = self.dims.get(name)
+        if have is None:
+            self.dims[name] = mine
+            return
+        if len(have) != len(mine):
+            return
+        for h, m in zip(have, mine):
+            if _is_symbol(h) and isinstance(m, Linear):
+                self.names.setdefault(m, h)
+        # onnx's int or named symbol stays; its generated unk__ name gives way
+        better = [h if _known(h) else (m if _known(m) or _internal(m) else h) for h, m in zip(have, mine)]
+        if any(_known(b) and not _known(h) for b, h in zip(better, have)):
+            refined[name] = better
+        self.dims[name] = better
+
+    def _split_dims(self, n) -> list:
+        """Split's outputs: the input's dims, the axis as the split sizes
+        (constants) say, or as an even split of a known int."""
+        x = self.dims.get(n.input[0])
+        if x is None:
+            return []
+        attrs = {a.name: a for a in n.attribute}
+        axis = attrs["axis"].i if "axis" in attrs else 0
+        axis += len(x) if axis < 0 else 0
+        sizes = list(attrs["split"].ints) if "split" in attrs else None
+        if sizes is None and len(n.input) > 1 and n.input[1]:
+            v = self.value(n.input[1])
+            sizes = list(v[0]) if v and all(isinstance(e, int) for e in v[0]) else None
+        if sizes is None:
+            parts = len(n.output)
+            if not isinstance(x[axis], int) or x[axis] % parts or "num_outputs" in attrs:
+                return []  # uneven splits (num_outputs) have their own rule: left to onnx
+            sizes = [x[axis] // parts] * parts
+        return [x[:axis] + [size] + x[axis + 1:] for size in sizes]
 
     # ------------------------------------------------------------ values
 
@@ -417,17 +502,18 @@ class _Walk:
             if len(v) != 3 or not all(v) or not all(len(e[0]) == 1 for e in v):
                 return None
             start, limit, delta = (e[0][0] for e in v)
-            if start == 0 and delta == 1 and _is_sym_entry(limit):
-                return [limit]
+            length = _linear_sum(limit, start, -1) if delta == 1 else None
+            if _is_symbol(length) or (isinstance(length, Linear) and length.nonnegative()):
+                return [length]
             if all(isinstance(e, int) and not isinstance(e, bool) for e in (start, limit, delta)) and delta:
                 return [max(-(-(limit - start) // delta), 0)]
             return None
         if op == "ConstantOfShape":
             v = self.value(ins[0])
-            return [_as_dim(e) for e in v[0]] if v and not v[1] else None
+            return [self._entry_dim(e) for e in v[0]] if v and not v[1] else None
         if op == "Expand" and d[0] is not None:
             v = self.value(ins[1])
-            return broadcast([d[0], [_as_dim(e) for e in v[0]]]) if v and not v[1] else None
+            return broadcast([d[0], [self._entry_dim(e) for e in v[0]]]) if v and not v[1] else None
         if op == "Reshape" and len(ins) > 1:
             v = self.value(ins[1])
             if not v or v[1]:
@@ -460,6 +546,11 @@ class _Walk:
                 out[a] = None
         return out
 
+    def _entry_dim(self, e):
+        """A shape entry as a dim, a sum named as rule 6 says."""
+        d = _as_dim(e)
+        return self.names.get(d, d) if isinstance(d, Linear) else d
+
     def _axes(self, n, attrs) -> Optional[list]:
         if "axes" in attrs:
             return list(attrs["axes"].ints)
@@ -470,7 +561,7 @@ class _Walk:
 
 
 def _is_sym_entry(e) -> bool:
-    return _is_symbol(e)
+    return _is_symbol(e) or isinstance(e, Linear)
 
 
 def _as_dim(e):
@@ -478,6 +569,8 @@ def _as_dim(e):
         return None
     if isinstance(e, int):
         return e if e >= 0 else None
+    if isinstance(e, Linear):
+        return e if e.nonnegative() else None
     return e if _is_sym_entry(e) else None
 
 
@@ -489,24 +582,25 @@ def _binary(op, x, y):
             return ("b", x == y)
         if _is_sym_entry(x) and _is_sym_entry(y):
             return ("b", True) if x == y else None
-        i = y if _is_sym_entry(x) else x
-        return ("b", False) if i < 0 else None
+        d, i = (x, y) if _is_sym_entry(x) else (y, x)
+        nonnegative = _is_symbol(d) or d.nonnegative()
+        return ("b", False) if i < 0 and nonnegative else None
     if op == "Div":  # exact division of ints only: no rounding rule to follow
         return x // y if isinstance(x, int) and isinstance(y, int) and y and x % y == 0 else None
     if isinstance(x, int) and isinstance(y, int):
         r = {"Add": x + y, "Sub": x - y, "Mul": x * y}[op]
         return r if -(1 << 63) <= r < (1 << 63) else None
-    if op == "Add" and (x == 0 or y == 0):
-        return y if x == 0 else x
-    if op == "Sub" and y == 0:
-        return x
-    if op == "Mul" and (x == 1 or y == 1):
-        return y if x == 1 else x
+    if op in ("Add", "Sub"):
+        return _linear_sum(x, y, 1 if op == "Add" else -1)
+    if op == "Mul" and (isinstance(x, int) or isinstance(y, int)):
+        k, other = (x, y) if isinstance(x, int) else (y, x)
+        lo = _as_linear(other)
+        return None if lo is None else _simplest(Linear(k * lo.const, {s: k * c for s, c in lo.terms}))
     return None
 
 
 def _concat_dims(inputs: list, axis: int) -> Optional[list]:
-    """The axis adds up (ints only); every other dim is the inputs' one,
+    """The axis adds up; every other dim is the inputs' one,
     which they must share: any input's known value holds."""
     rank = len(inputs[0])
     axis = axis + rank if axis < 0 else axis
@@ -516,7 +610,10 @@ def _concat_dims(inputs: list, axis: int) -> Optional[list]:
     for i in range(rank):
         col = [x[i] for x in inputs]
         if i == axis:
-            out.append(sum(col) if all(isinstance(c, int) for c in col) else None)
+            total = 0
+            for c in col:
+                total = None if total is None or not (_known(c) or isinstance(c, Linear)) else _linear_sum(total, c)
+            out.append(total)
         else:
             out.append(next((c for c in col if _known(c)), None))
     return out
@@ -542,6 +639,9 @@ def refine(graph) -> int:
         return 0  # onnx left nothing unknown: the walk could only confirm it
     walk = _Walk(graph)
     refined = walk.run(graph)
+    if walk.names:  # a sum named late: again, naming it from the start
+        walk = _Walk(graph, walk.names)
+        refined = walk.run(graph)
     if not refined:
         return 0
     infos = {v.name: v for v in graph.value_info}

@@ -335,7 +335,8 @@ def test_sequence_first_head_split_keeps_a_dynamic_batch():
 
 def test_concat_dims():
     c = symbolic_shapes._concat_dims
-    assert c([["B", 1, 8], [None, "S", 8]], 1) == ["B", None, 8]   # the axis: ints only
+    assert c([["B", 1, 8], [None, "S", 8]], 1) == ["B", symbolic_shapes.Linear(1, {"S": 1}), 8]  # a sum, kept
+    assert c([["B", None, 8], ["B", "S", 8]], 1) == ["B", None, 8]
     assert c([[None, 1, 8], ["B", 196, 8]], -2) == ["B", 197, 8]
 
 
@@ -387,3 +388,59 @@ def test_exact_division_of_dims_only():
     }""")
     assert shape_of(m, "ra") == [14]
     assert unknown(shape_of(m, "rb")[0])
+
+
+def test_positions_after_a_cache_and_a_total_named_by_an_output():
+    # GPT-2: positions Range(past, past + seq) are seq long; the causal mask's
+    # keys Range(0, past + seq) are what the present keys' declared dim names,
+    # though that Concat comes later in the graph (a second walk)
+    m, _ = run_pass("infer_shapes", """g (int64[B,S] ids, float[B,4,P,8] past, float[B,4,S,8] k)
+            => (float[B,4,T,8] present, float a, float b) {
+        sp = Shape(past)
+        i2 = Constant <value = int64 {2}> ()
+        p = Gather(sp, i2)
+        si = Shape(ids)
+        i1 = Constant <value = int64 {1}> ()
+        s = Gather(si, i1)
+        total = Add(p, s)
+        zero = Constant <value = int64 {0}> ()
+        one = Constant <value = int64 {1}> ()
+        pos = Range(p, total, one)
+        keys = Range(zero, total, one)
+        fp = Cast <to = 1> (pos)
+        fk = Cast <to = 1> (keys)
+        a = ReduceSum <keepdims = 0> (fp)
+        b = ReduceSum <keepdims = 0> (fk)
+        present = Concat <axis = 2> (past, k)
+    }""")
+    assert shape_of(m, "pos") == ["S"] and shape_of(m, "fp") == ["S"]
+    assert shape_of(m, "keys") == ["T"]
+
+
+def test_sums_of_dims():
+    s = symbolic_shapes
+    total = s._linear_sum("P", "S")
+    assert isinstance(total, s.Linear) and total.nonnegative()
+    assert s._linear_sum(total, "P", -1) == "S" and s._linear_sum(3, 4) == 7
+    assert not s._linear_sum("S", 1, -1).nonnegative()  # S - 1 could be -1
+    assert s._binary("Equal", total, -1) == ("b", False) and s._binary("Equal", total, total) == ("b", True)
+    assert s._binary("Mul", 2, "S") == s.Linear(0, {"S": 2}) and s._binary("Mul", "S", "S") is None
+
+
+def test_split_of_refined_dims():
+    m, _ = run_pass("infer_shapes", """g (float[B,S] x) => (float a) {
+        sh = Shape(x)
+        i1 = Constant <value = int64 {1}> ()
+        n = Gather(sh, i1)
+        zero = Constant <value = int64 {0}> ()
+        one = Constant <value = int64 {1}> ()
+        r = Range(zero, n, one)
+        f = Cast <to = 1> (r)
+        ax = Constant <value = int64[1] {0}> ()
+        u = Unsqueeze(f, ax)
+        two = Concat <axis = 0> (u, u)
+        sizes = Constant <value = int64[2] {1, 1}> ()
+        h0, h1 = Split <axis = 0> (two, sizes)
+        a = ReduceSum <keepdims = 0> (h1)
+    }""")
+    assert shape_of(m, "h0") == [1, "S"] and shape_of(m, "h1") == [1, "S"]

@@ -240,3 +240,68 @@ def test_torch_multihead_attention_module():
     m, report = optimized(export(SelfAttention(), (torch.randn(7, 1, 32),), 23))
     assert ops(m).count("Attention") == 1 and "Softmax" not in ops(m) and "Transpose" not in ops(m)
     assert report["check"]["first_mismatch"] is None
+
+
+# GPT-2 with a cache: K and V are Concat(past, new heads) along the sequence,
+# and also the graph's present outputs; q and K^T each scaled (torch's SDPA).
+PAST = """g (float[2,5,32] q3, float[2,5,32] k3, float[2,5,32] v3, float[2,4,3,8] past_k, float[2,4,3,8] past_v,
+        float[2,1,5,8] mask) => (float[2,5,32] y, float[2,4,8,8] present_k, float[2,4,8,8] present_v)
+        <int64[4] sh = {0, 0, 4, 8}, int64[3] osh = {0, 0, 32}, float c = {0.59460354}> {
+    qr = Reshape(q3, sh)  qh = Transpose <perm = [0, 2, 1, 3]> (qr)
+    kr = Reshape(k3, sh)  kh = Transpose <perm = [0, 2, 1, 3]> (kr)
+    vr = Reshape(v3, sh)  vh = Transpose <perm = [0, 2, 1, 3]> (vr)
+    present_k = Concat <axis = -2> (past_k, kh)  present_v = Concat <axis = -2> (past_v, vh)
+    kt = Transpose <perm = [0, 1, 3, 2]> (present_k)  qs = Mul(qh, c)  ks = Mul(kt, c)  s = MatMul(qs, ks)
+    a = Add(s, mask)  p = Softmax <axis = -1> (a)  ctx = MatMul(p, present_v)
+    ct = Transpose <perm = [0, 2, 1, 3]> (ctx)  y = Reshape(ct, osh)
+}"""
+
+
+def test_past_keys_become_attentions_past_inputs_and_present_outputs():
+    m, r, original = fuse("fuse_attention", PAST, opset=23)
+    assert structure(m) == [("Attention", ["q3", "k3", "v3", "mask", "past_k", "past_v"],
+                             ["y", "present_k", "present_v"])]
+    assert attention_of(m).attributes["q_num_heads"] == 4
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_past_keys_without_a_mask_leave_its_slot_empty():
+    text = PAST.replace(",\n        float[2,1,5,8] mask)", ")").replace("a = Add(s, mask)  p = Softmax <axis = -1> (a)",
+                                                                         "p = Softmax <axis = -1> (s)")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert structure(m) == [("Attention", ["q3", "k3", "v3", "", "past_k", "past_v"], ["y", "present_k", "present_v"])]
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_past_keys_are_not_given_to_multi_head_attention():
+    m, r, original = fuse("fuse_attention", PAST, opset=20, target="ort")
+    assert not r.modified and near(r, "become the opset-23 Attention's only")
+
+
+def test_a_past_of_a_batch_not_provably_the_same_refuses():
+    text = PAST.replace("float[2,4,3,8] past_k, float[2,4,3,8] past_v", "float[N,4,3,8] past_k, float[N,4,3,8] past_v")
+    text = text.replace("float[2,4,8,8] present_k, float[2,4,8,8] present_v", "float[N,4,T,8] present_k, float[N,4,T,8] present_v")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert "Attention" not in ops(m) and near(r, "the past k ['N', 4, 3, 8] is not [B, H, P, D]")
+
+
+def test_torch_attention_with_a_cache():
+    import torch
+
+    class CachedAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = torch.nn.Linear(32, 96)
+
+        def forward(self, x, past_k, past_v, mask):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(x).split(32, dim=2)
+            heads = lambda t: t.view(b, s, 4, 8).transpose(1, 2)  # noqa: E731
+            k, v = torch.cat([past_k, heads(k)], dim=-2), torch.cat([past_v, heads(v)], dim=-2)
+            w = heads(q) @ k.transpose(-1, -2) / math.sqrt(8) + mask
+            return (w.softmax(-1) @ v).transpose(1, 2).reshape(b, s, 32), k, v
+
+    args = (torch.randn(2, 5, 32), torch.randn(2, 4, 3, 8), torch.randn(2, 4, 3, 8), torch.randn(2, 1, 5, 8))
+    m, report = optimized(export(CachedAttention(), args, 23))
+    assert ops(m).count("Attention") == 1 and "Transpose" not in ops(m) and "Concat" not in ops(m)
+    assert report["check"]["first_mismatch"] is None

@@ -52,9 +52,12 @@ broadcast over query positions, and a 3-d mask is [H, S, T]): rank 2 to 4,
 [..., S, T] with its other dims 1 or equal to H (and B). A mask [B, 1, 1, T]
 (a padding mask) is expanded over S first, when S is known.
 
-Not matched: GPT-2 with past keys (K and V are Concat(past, new), the 4-D
-layout, and its causal mask is Expand-ed to a shape known only at run time;
-MultiHeadAttention's unidirectional=1 is not causal when S < T on CPU).
+Past keys (GPT-2 with a cache): K = Concat(past_k, heads(k3)) and V =
+Concat(past_v, heads(v3)) along the sequence, each also a graph output
+(the present keys and values). The 3-d layout then becomes
+Attention(q3, k3, v3, mask, past_k, past_v), whose second and third outputs
+are those Concats' (opset 23 only: MultiHeadAttention's past inputs differ,
+and its unidirectional=1 is not causal when S < T on CPU).
 
 Refuses when:
  1. the opset is below 23 and the target is onnx, or the layout is 4-D;
@@ -105,6 +108,12 @@ def _variant(layout: str, scale: str, mask: bool, guard: bool) -> Op:
         q, v = _heads("q"), _heads("v")
         k_t = Op("Transpose", Op("Reshape", Var("k3"), Const("k_shape"), name="k_split"), name="k_t",
                  attrs={"perm": [0, 2, 3, 1]})
+    elif layout == "3d_past":
+        # The present keys and values are graph outputs too: not exclusive.
+        q = _heads("q")
+        k = Op("Concat", Var("past_k"), _heads("k"), name="k_present", exclusive=False)
+        v = Op("Concat", Var("past_v"), _heads("v"), name="v_present", exclusive=False)
+        k_t = Op("Transpose", k, name="k_t", attrs={"perm": [0, 1, 3, 2]})
     else:
         q, v = Var("q"), Var("v")
         k_t = (Op("Transpose", Var("k"), name="k_t", attrs={"perm": [0, 1, 3, 2]}) if layout == "bhsd"
@@ -123,7 +132,7 @@ def _variant(layout: str, scale: str, mask: bool, guard: bool) -> Op:
     if guard:
         p = Op("Where", Op("IsNaN", p, name="nan"), Const("nan_zero"), p, name="guarded")
     y = Op("MatMul", p, v, name="context")
-    if layout == "3d":
+    if layout in ("3d", "3d_past"):
         y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Const("out_shape"),
                name="merge_heads")
     elif layout == "seq_first":
@@ -140,7 +149,8 @@ class FuseAttention(Rule):
     def pattern(self, opset: int) -> list:
         # The 3-d and sequence-first layouts first: they take the head split and merge along.
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
-            ("3d", "seq_first", "bhsd", "bshd_k"), (True, False), ("mul", "div", "both", "none"), (True, False))]
+            ("3d_past", "3d", "seq_first", "bhsd", "bshd_k"), (True, False), ("mul", "div", "both", "none"),
+            (True, False))]
 
     def check(self, m: Match) -> Optional[str]:
         op = _emitted(m)
@@ -149,6 +159,8 @@ class FuseAttention(Rule):
             if why:
                 return why + ("; MultiHeadAttention takes only the 3-d layout (heads split and merged around it)"
                               if m.options.target == "ort" else "")
+        if "past_k" in m and op == "MultiHeadAttention":
+            return "past keys and values (Concat(past, new)) become the opset-23 Attention's only"
         axis = m["probs"].attributes.get("axis", -1)
         if axis != -1 and axis != len(dims(m["probs"].inputs[0]) or []) - 1:
             return f"the Softmax is over axis {axis}, not the last"
@@ -201,22 +213,34 @@ class FuseAttention(Rule):
         if domain:
             import_ms_domain(m.model)
         # The fused op, then the NaN guard on its output, then the merge's
-        # Reshape when it flattens further: the last of these replaces the root.
+        # Reshape when it flattens further: the last of these computes the
+        # root's output (`last` is a value once made, else the node to make).
         last = (op, inputs, attrs, domain)
+        if "past_k" in m:  # it also returns the present keys and values, the Concats' outputs
+            inputs += [None] * (4 - len(inputs)) + [m["past_k"], m["past_v"]]
+            last, present_k, present_v = edit.node(op, inputs, attrs, outputs=3)
+            edit.replace_value(m["k_present"].outputs[0], present_k)
+            edit.replace_value(m["v_present"].outputs[0], present_v)
+
+        def made(step):
+            return step if not isinstance(step, tuple) else edit.node(step[0], step[1], step[2], domain=step[3])[0]
+
         if "nan_zero" in m:
-            (y,) = edit.node(op, inputs, attrs, domain=domain)
+            y = made(last)
             (nan,) = edit.node("IsNaN", [y], hint=f"{y.name}_isnan")
             # A 0-d zero: the guard's own may be [1, 1, 1, 1], which would broadcast y to 4-d.
             zero = edit.constant(np.zeros((), m.array("nan_zero").dtype), "nan_zero")
             last = ("Where", [nan, zero, y], None, "")
         if "q3" in m and _merge(m, _split(m, "q"), _split(m, "v")) == "reshape":
-            (y,) = edit.node(last[0], last[1], last[2], domain=last[3])
-            last = ("Reshape", [y, m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)}, "")
+            last = ("Reshape", [made(last), m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)}, "")
         if "qs" in m:  # back to sequence-first, in the memory order the merge's Reshape read
-            (y,) = edit.node(last[0], last[1], last[2], domain=last[3])
+            y = made(last)
             (y,) = edit.node("Transpose", [y], {"perm": [1, 0, 2]}, hint=f"{y.name}_seq_first")
             last = ("Reshape", [y, m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)}, "")
-        edit.replace_root(last[0], last[1], last[2], domain=last[3])
+        if isinstance(last, tuple):
+            edit.replace_root(last[0], last[1], last[2], domain=last[3])
+        else:
+            edit.replace_value(m.root.outputs[0], last)
         return None
 
 
@@ -286,6 +310,8 @@ def _scale(m: Match) -> Union[float, str]:
 def _layout(m: Match) -> Union[tuple, str]:
     """(B, H, S, T) as ints or symbols, once q, k and v provably share batch
     and heads; else why not."""
+    if "past_k" in m:
+        return _layout_past(m)
     if "q3" in m:
         return _layout_3d(m)
     if "qs" in m:
@@ -316,6 +342,26 @@ def _split(m: Match, name: str) -> Union[tuple, str]:
 
 def _layout_3d(m: Match) -> Union[tuple, str]:
     return _shared_heads([_split(m, n) for n in ("q", "k", "v")], lambda q, v: _merge(m, q, v) is not None)
+
+
+def _layout_past(m: Match) -> Union[tuple, str]:
+    """The 3-d layout with K = Concat(past_k, heads(k3)) and V alike along
+    the sequence: past_k and past_v are [B, H, P, D] (4-d, as Attention's
+    past inputs), and T is the present keys' length."""
+    bhst = _layout_3d(m)
+    if isinstance(bhst, str):
+        return bhst
+    b, h, s, _ = bhst
+    present = dims(m["k_present"].outputs[0])
+    for name, new in (("k", _split(m, "k")), ("v", _split(m, "v"))):
+        concat, past = m[f"{name}_present"], dims(m[f"past_{name}"])
+        if concat.attributes.get("axis") not in (2, -2):
+            return f"the present {name} is not concatenated along the sequence"
+        if past is None or len(past) != 4 or not (same_dim(past[0], b) and past[1] == h and past[3] == new[3]):
+            return f"the past {name} {past} is not [B, H, P, D] of the new one's {list(new)}"
+    if not same_dim(dims(m["past_k"])[2], dims(m["past_v"])[2]) or present is None or len(present) != 4:
+        return "the past keys and values do not provably share their length"
+    return b, h, s, present[2]
 
 
 def _layout_seq_first(m: Match) -> Union[tuple, str]:
