@@ -305,3 +305,53 @@ def test_torch_attention_with_a_cache():
     m, report = optimized(export(CachedAttention(), args, 23))
     assert ops(m).count("Attention") == 1 and "Transpose" not in ops(m) and "Concat" not in ops(m)
     assert report["check"]["first_mismatch"] is None
+
+
+def swin_window_attention(shifted: bool):
+    """torchvision Swin's window attention (hidden 32, 4 heads, 3x3 windows,
+    2 of them): packed q/k/v through one permute, the queries alone scaled,
+    a relative position bias, and in shifted blocks the windows' mask added
+    in a [B, nW, H, N, N] view."""
+    import torch
+
+    class WindowAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.proj = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32)
+            self.bias = torch.nn.Parameter(torch.randn(1, 4, 9, 9))
+            self.register_buffer("mask", (torch.rand(2, 9, 9) < 0.3).float() * -100.0)
+
+        def forward(self, x):
+            bn, n, c = x.shape
+            qkv = self.qkv(x).reshape(bn, n, 3, 4, 8).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv[0], qkv[1], qkv[2]  # as torchvision writes it: Gathers
+            attn = (q * 8 ** -0.5) @ k.transpose(-2, -1) + self.bias
+            if shifted:
+                attn = attn.view(bn // 2, 2, 4, n, n) + self.mask.unsqueeze(1).unsqueeze(0)
+                attn = attn.view(-1, 4, n, n)
+            return self.proj((attn.softmax(-1) @ v).transpose(1, 2).reshape(bn, n, c))
+
+    return WindowAttention()
+
+
+@pytest.mark.parametrize("shifted", [False, True])
+def test_torch_swin_window_attention(shifted):
+    import torch
+
+    m, report = optimized(export(swin_window_attention(shifted), (torch.randn(4, 9, 32),), 23))
+    assert ops(m).count("Attention") == 1 and "Transpose" not in ops(m) and "Softmax" not in ops(m)
+    assert ops(m).count("Split") == 1
+    assert report["check"]["first_mismatch"] is None
+
+
+def test_packed_parts_taken_twice_refuse():
+    text = """g (float[2,5,96] qkv) => (float[2,5,32] y) <int64[5] sh = {0, 0, 3, 4, 8}, int64 i0 = {0},
+            int64 i2 = {2}, int64[3] osh = {0, 0, 32}> {
+        r = Reshape(qkv, sh)  t = Transpose <perm = [2, 0, 3, 1, 4]> (r)
+        q = Gather <axis = 0> (t, i0)  k = Gather <axis = 0> (t, i0)  v = Gather <axis = 0> (t, i2)
+        kt = Transpose <perm = [0, 1, 3, 2]> (k)  s = MatMul(q, kt)  p = Softmax <axis = -1> (s)  ctx = MatMul(p, v)
+        ct = Transpose <perm = [0, 2, 1, 3]> (ctx)  y = Reshape(ct, osh)
+    }"""
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert near(r, "not the packed projection's three parts")
+    assert_same_outputs(original, m, **TOL)

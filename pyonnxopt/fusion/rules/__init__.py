@@ -1,5 +1,6 @@
 """The built-in fusion rules, in the order the pipeline runs them."""
 
+from pyonnxopt.fusion.rules.cancel_reshapes_around_add import CancelReshapesAroundAdd
 from pyonnxopt.fusion.rules.cancel_row_transposes import CancelRowTransposes
 from pyonnxopt.fusion.rules.fuse_attention import FuseAttention
 from pyonnxopt.fusion.rules.fuse_consecutive_slices import FuseConsecutiveSlices
@@ -26,6 +27,7 @@ BUILTIN_RULES: list = [
     FuseSkipLayerNormalization(),
     FuseRmsNormalization(),
     FuseGelu(),
+    CancelReshapesAroundAdd(),  # Swin's shifted-window mask, so that its attention fuses
     FuseAttention(),
     # Data movement.
     FuseConsecutiveSlices(),

@@ -83,6 +83,7 @@ from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain, opset_reason
 from pyonnxopt.fusion.values import dims, same_dim, scalar_of
+from pyonnxopt.symbolic_shapes import broadcast
 
 SPLIT = [0, 2, 1, 3]  # [B, S, H, D] <-> [B, H, S, D]
 
@@ -100,8 +101,20 @@ def _heads_seq_first(name: str) -> Op:
     return Op("Reshape", batch_first, Const(f"{name}_shape"), name=f"{name}_split")
 
 
-def _variant(layout: str, scale: str, mask: bool, guard: bool) -> Op:
-    if layout == "seq_first":
+def _packed() -> tuple:
+    """q, k, v out of one packed projection: Gather(Transpose(Reshape(qkv3,
+    [B, S, 3, H, D]), [2, 0, 3, 1, 4]), i) (Swin, torch's qkv.permute)."""
+    split = Op("Reshape", Var("qkv3"), Const("qkv_shape"), name="qkv_split")
+    heads = Op("Transpose", split, name="qkv_heads", attrs={"perm": [2, 0, 3, 1, 4]})
+    return tuple(Op("Gather", heads, Const(f"{n}_index", scalar=True), name=f"{n}_pick", attrs={"axis": 0})
+                 for n in ("q", "k", "v"))
+
+
+def _variant(layout: str, scale: str, mask: int, guard: bool) -> Op:
+    if layout == "packed":
+        q, k, v = _packed()
+        k_t = Op("Transpose", k, name="k_t", attrs={"perm": [0, 1, 3, 2]})
+    elif layout == "seq_first":
         q, v = _heads_seq_first("q"), _heads_seq_first("v")
         k_t = Op("Transpose", _heads_seq_first("k"), name="k_t", attrs={"perm": [0, 1, 3, 2]})
     elif layout == "3d":
@@ -118,8 +131,9 @@ def _variant(layout: str, scale: str, mask: bool, guard: bool) -> Op:
         q, v = Var("q"), Var("v")
         k_t = (Op("Transpose", Var("k"), name="k_t", attrs={"perm": [0, 1, 3, 2]}) if layout == "bhsd"
                else Op("Transpose", Var("k_bshd"), name="k_t", attrs={"perm": [0, 2, 3, 1]}))
-    if scale == "both":
+    if scale in ("both", "q"):  # "q": Swin scales the queries alone
         q = Op("Mul", q, Const("scale_q"), name="q_scaled", commutative=True)
+    if scale == "both":
         k_t = Op("Mul", k_t, Const("scale_k"), name="k_scaled", commutative=True)
     s = Op("MatMul", q, k_t, name="scores")
     if scale == "mul":
@@ -128,11 +142,13 @@ def _variant(layout: str, scale: str, mask: bool, guard: bool) -> Op:
         s = Op("Div", s, Const("scale"), name="scaled")
     if mask:
         s = Op("Add", s, Var("mask"), name="masked", commutative=True)
+    if mask == 2:  # a second one (Swin: the position bias, then the shifted windows' mask)
+        s = Op("Add", s, Var("mask2"), name="masked2", commutative=True)
     p = Op("Softmax", s, name="probs")
     if guard:
         p = Op("Where", Op("IsNaN", p, name="nan"), Const("nan_zero"), p, name="guarded")
     y = Op("MatMul", p, v, name="context")
-    if layout in ("3d", "3d_past"):
+    if layout in ("3d", "3d_past", "packed"):
         y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Const("out_shape"),
                name="merge_heads")
     elif layout == "seq_first":
@@ -149,7 +165,7 @@ class FuseAttention(Rule):
     def pattern(self, opset: int) -> list:
         # The 3-d and sequence-first layouts first: they take the head split and merge along.
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
-            ("3d_past", "3d", "seq_first", "bhsd", "bshd_k"), (True, False), ("mul", "div", "both", "none"),
+            ("3d_past", "3d", "packed", "seq_first", "bhsd", "bshd_k"), (2, 1, 0), ("mul", "div", "both", "q", "none"),
             (True, False))]
 
     def check(self, m: Match) -> Optional[str]:
@@ -175,10 +191,10 @@ class FuseAttention(Rule):
         if isinstance(bhst, str):
             return bhst
         if "mask" in m:
-            why = _mask_reason(dims(m["mask"]), bhst)
+            why = _mask_reason(_mask_dims(m), bhst)
             if why:
                 return why
-            if m.dtype("mask") != _dtype(m):
+            if m.dtype("mask") != _dtype(m) or ("mask2" in m and m.dtype("mask2") != _dtype(m)):
                 return "the mask's element type is not the inputs'"
             if _mask_target(m, op, bhst[2]) is not None and m.opset < 8:
                 return f"the mask needs an Expand (to {_mask_target(m, op, bhst[2])}), which needs opset 8"
@@ -190,6 +206,8 @@ class FuseAttention(Rule):
         attrs = {"scale": float(_scale(m))}
         if "qs" in m:
             inputs = _batch_first(m, edit)
+        elif "qkv3" in m:
+            inputs = _unpacked(m, edit)
         elif "q3" in m:
             inputs = [m["q3"], m["k3"], m["v3"]]
         elif "k_bshd" in m:
@@ -199,10 +217,12 @@ class FuseAttention(Rule):
             inputs = [m["q"], m["k"], m["v"]]
         if op == "MultiHeadAttention":
             attrs.update(num_heads=h)
-        elif "q3" in m or "qs" in m:  # 3-d inputs: the heads are the op's to split
+        elif "q3" in m or "qs" in m or "qkv3" in m:  # 3-d inputs: the heads are the op's to split
             attrs.update(q_num_heads=h, kv_num_heads=h)
         if "mask" in m:
             mask, to = m["mask"], _mask_target(m, op, s)
+            if "mask2" in m:
+                (mask,) = edit.node("Add", [mask, m["mask2"]], hint=f"{mask.name}_masks")
             if to is not None:
                 (mask,) = edit.node("Expand", [mask, edit.constant(np.array(to, np.int64), "mask_over_queries")],
                                     hint=f"{mask.name}_expanded")
@@ -231,7 +251,7 @@ class FuseAttention(Rule):
             # A 0-d zero: the guard's own may be [1, 1, 1, 1], which would broadcast y to 4-d.
             zero = edit.constant(np.zeros((), m.array("nan_zero").dtype), "nan_zero")
             last = ("Where", [nan, zero, y], None, "")
-        if "q3" in m and _merge(m, _split(m, "q"), _split(m, "v")) == "reshape":
+        if ("q3" in m or "qkv3" in m) and _merge(m, _split(m, "q"), _split(m, "v")) == "reshape":
             last = ("Reshape", [made(last), m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)}, "")
         if "qs" in m:  # back to sequence-first, in the memory order the merge's Reshape read
             y = made(last)
@@ -242,6 +262,21 @@ class FuseAttention(Rule):
         else:
             edit.replace_value(m.root.outputs[0], last)
         return None
+
+
+def _unpacked(m: Match, edit: Edit) -> list:
+    """q, k, v as [B, S, E]: the packed projection split along its last axis
+    ([.., 3, H, D] there: each E = H*D block in turn)."""
+    e = _split(m, "q")[2] * _split(m, "q")[3]
+    sizes = np.array([e] * 3, np.int64)
+    split = ([m["qkv3"], edit.constant(sizes, "qkv_sizes")], {"axis": 2}) if m.opset >= 13 else \
+        ([m["qkv3"]], {"axis": 2, "split": sizes.tolist()})
+    parts = edit.node("Split", split[0], split[1], outputs=3, hint=f"{m['qkv3'].name}_split")
+    return [parts[_pick(m, name)] for name in ("q", "k", "v")]
+
+
+def _pick(m: Match, name: str) -> int:
+    return int(scalar_of(m.array(f"{name}_index"))) % 3
 
 
 def _batch_first(m: Match, edit: Edit) -> list:
@@ -269,7 +304,7 @@ def _emitted(m: Match) -> str:
     finds no Attention in the model's opset and the heads are split and
     merged around the match (MultiHeadAttention's 3-d layout, seq-first
     after a Transpose)."""
-    if m.options.target == "ort" and ("q3" in m or "qs" in m) and opset_reason("Attention", m.opset):
+    if m.options.target == "ort" and ("q3" in m or "qs" in m or "qkv3" in m) and opset_reason("Attention", m.opset):
         return "MultiHeadAttention"
     return "Attention"
 
@@ -289,16 +324,27 @@ def _mask_target(m: Match, op: str, s) -> Optional[list]:
 
 
 def _dtype(m: Match) -> int:
-    return m.dtype("q3") if "q3" in m else m.dtype("qs") if "qs" in m else m.dtype("q")
+    for name in ("q3", "qs", "qkv3", "q"):
+        if name in m:
+            return m.dtype(name)
+    return 0
+
+
+def _mask_dims(m: Match) -> Optional[list]:
+    """The mask's dims, or the two masks' broadcast."""
+    if "mask2" not in m:
+        return dims(m["mask"])
+    a, b = dims(m["mask"]), dims(m["mask2"])
+    return None if a is None or b is None else broadcast([a, b])
 
 
 def _scale(m: Match) -> Union[float, str]:
     """The factor on Q K^T, or why it is not a scalar constant."""
     if "scale_q" in m:
-        parts = [scalar_of(m.array("scale_q")), scalar_of(m.array("scale_k"))]
+        parts = [scalar_of(m.array(n)) for n in ("scale_q", "scale_k") if n in m]
         if None in parts:
             return "the scale on Q or K^T is not a scalar constant"
-        return parts[0] * parts[1]
+        return float(np.prod(parts))
     if "scale" not in m:
         return 1.0
     c = scalar_of(m.array("scale"))
@@ -312,7 +358,7 @@ def _layout(m: Match) -> Union[tuple, str]:
     and heads; else why not."""
     if "past_k" in m:
         return _layout_past(m)
-    if "q3" in m:
+    if "q3" in m or "qkv3" in m:
         return _layout_3d(m)
     if "qs" in m:
         return _layout_seq_first(m)
@@ -330,7 +376,10 @@ def _layout(m: Match) -> Union[tuple, str]:
 
 
 def _split(m: Match, name: str) -> Union[tuple, str]:
-    """(B, S, H, D) when the Reshape of name3 only splits its last dim."""
+    """(B, S, H, D) when the Reshape of name3 only splits its last dim (for
+    a packed projection: when it splits [B, S, 3*H*D] into [B, S, 3, H, D])."""
+    if "qkv3" in m:
+        return _split_packed(m)
     flat, split = dims(m[f"{name}3"]), dims(m[f"{name}_split"].outputs[0])
     if flat is None or split is None or len(flat) != 3 or len(split) != 4:
         return f"the {name} head split {flat} -> {split} is not [B,S,E] -> [B,S,H,D]"
@@ -338,6 +387,20 @@ def _split(m: Match, name: str) -> Union[tuple, str]:
             and isinstance(split[2], int) and isinstance(split[3], int) and split[2] * split[3] == flat[2]):
         return f"the {name} head split {flat} -> {split} does more than split the last dim"
     return tuple(split)
+
+
+def _split_packed(m: Match) -> Union[tuple, str]:
+    flat, split = dims(m["qkv3"]), dims(m["qkv_split"].outputs[0])
+    label = f"the packed q/k/v split {flat} -> {split}"
+    if flat is None or split is None or len(flat) != 3 or len(split) != 5:
+        return f"{label} is not [B,S,3E] -> [B,S,3,H,D]"
+    b, s, three, h, d = split
+    if not (same_dim(flat[0], b) and same_dim(flat[1], s) and three == 3 and isinstance(h, int)
+            and isinstance(d, int) and flat[2] == 3 * h * d):
+        return f"{label} does more than split the last dim"
+    if sorted(_pick(m, n) for n in ("q", "k", "v")) != [0, 1, 2]:
+        return "q, k and v are not the packed projection's three parts"
+    return b, s, h, d
 
 
 def _layout_3d(m: Match) -> Union[tuple, str]:
