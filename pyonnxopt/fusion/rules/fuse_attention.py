@@ -9,7 +9,7 @@ or (--target ort, below opset 23) com.microsoft MultiHeadAttention.
     y = MatMul(p, v)
 ->  y = Attention(q, k, v, mask, scale=c)
 
-Two layouts:
+Layouts:
  4-D  q, k, v already [B, H, S, D]; K^T may also come as Transpose(k', [0,2,3,1])
       of a [B, T, H, D] k' (HF BERT/GPT-2 merge the two transposes): K is then
       Transpose(k', [0,2,1,3]), a node made here.
@@ -28,6 +28,13 @@ Two layouts:
       size-1 axis, and optimize_transposes makes them Reshapes. With B = 1
       optimize_transposes may have pushed the [S, B, E] Transpose into the
       fold already (qs [1, S, E] -> [S, H, D]): such a qs is taken as it is.
+ packed  one projection holds q, k and v (Swin): each is Gather(Transpose(
+      Reshape(qkv3, [B, S, 3, H, D]), [2,0,3,1,4]), i); it becomes the 3-d form
+      on Split(qkv3) along the last axis.
+
+Scaling: s * c, s / c, q and K^T each times sqrt(c), or q alone times c
+(Swin). Masks: none, one, or two added one after the other (Swin's position
+bias, then in shifted blocks the windows' mask): their sum, one Add.
 
 Which op:
  - the opset-23 Attention for --target onnx, and for --target ort at opset 23
@@ -217,7 +224,7 @@ class FuseAttention(Rule):
             inputs = [m["q"], m["k"], m["v"]]
         if op == "MultiHeadAttention":
             attrs.update(num_heads=h)
-        elif "q3" in m or "qs" in m or "qkv3" in m:  # 3-d inputs: the heads are the op's to split
+        elif _three_d(m):  # 3-d inputs: the heads are the op's to split
             attrs.update(q_num_heads=h, kv_num_heads=h)
         if "mask" in m:
             mask, to = m["mask"], _mask_target(m, op, s)
@@ -304,15 +311,20 @@ def _emitted(m: Match) -> str:
     finds no Attention in the model's opset and the heads are split and
     merged around the match (MultiHeadAttention's 3-d layout, seq-first
     after a Transpose)."""
-    if m.options.target == "ort" and ("q3" in m or "qs" in m or "qkv3" in m) and opset_reason("Attention", m.opset):
+    if m.options.target == "ort" and _three_d(m) and opset_reason("Attention", m.opset):
         return "MultiHeadAttention"
     return "Attention"
+
+
+def _three_d(m: Match) -> bool:
+    """The heads are split and merged around the match: the fused op takes [B, S, H*D]."""
+    return "q3" in m or "qs" in m or "qkv3" in m
 
 
 def _mask_target(m: Match, op: str, s) -> Optional[list]:
     """The shape to Expand the mask to (ones but S where the mask has 1
     there, and 4-d for MultiHeadAttention), or None when it fits as it is."""
-    mask_dims = dims(m["mask"])
+    mask_dims = _mask_dims(m)
     rank = 4 if op == "MultiHeadAttention" else len(mask_dims)
     over_queries = mask_dims[-2] == 1 and s != 1
     if not over_queries and rank == len(mask_dims):
