@@ -15,7 +15,8 @@ Transposes are Reshapes already.
 
 Refuses when:
  1. q moves the last axis, or the two perms are not inverses;
- 2. Gemm transposes its first input, or MatMul's second input is not 2-d;
+ 2. Gemm transposes its first input or has a C that is not one row (a
+    bias per row would follow the rows), or MatMul's second input is not 2-d;
  3. the flatten does not make [rows, K] of t, or the unflatten's leading
     dims are not provably t's;
  4. the result's shape (x's leading dims, N) holds more than one unknown (it would have
@@ -64,12 +65,16 @@ class CancelRowTransposes(Rule):
         rows = m["rows"]
         if rows.op_type == "Gemm" and rows.attributes.get("transA", 0):
             return "the Gemm transposes its first input"
+        if "c" in m and m["c"] is not None:
+            c = m.shape("c")
+            if c is None or (len(c) == 2 and c[0] != 1):
+                return f"the Gemm's C {c} may differ from row to row"
         if rows.op_type == "MatMul" and len(m.shape("b") or []) != 2:
             return "MatMul's second input is not known to be 2-d"
         flat, out, t = dims(m["flatten"].outputs[0]), dims(m["unflatten"].outputs[0]), dims(m["t_in"].outputs[0])
         if flat is None or len(flat) != 2 or not isinstance(x[-1], int) or flat[1] != x[-1]:
             return f"the flatten to {flat} does not make rows of the last axis ({x[-1]})"
-        if out is None or len(out) != r or not all(same_dim(a, b) for a, b in zip(out[:-1], t[:-1])):
+        if out is None or t is None or len(out) != r or not all(same_dim(a, b) for a, b in zip(out[:-1], t[:-1])):
             return f"the unflatten to {out} does not provably give back the rows' dims {t[:-1] if t else t}"
         if 0 in m.array("flat_shape").reshape(-1).tolist():
             return "the flatten copies a dim (a 0 in its shape), which x has elsewhere"
