@@ -355,3 +355,26 @@ def test_packed_parts_taken_twice_refuse():
     m, r, original = fuse("fuse_attention", text, opset=23)
     assert near(r, "not the packed projection's three parts")
     assert_same_outputs(original, m, **TOL)
+
+
+def test_torch_unbind_of_a_packed_projection():
+    # timm's ViT attention: qkv.reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4).unbind(0)
+    # exports as one Split along axis 0 and a Squeeze of each part
+    import torch
+
+    class UnbindAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.proj = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            b, n, c = x.shape
+            q, k, v = self.qkv(x).reshape(b, n, 3, 4, 8).permute(2, 0, 3, 1, 4).unbind(0)
+            attn = (q * 8 ** -0.5) @ k.transpose(-2, -1)
+            return self.proj((attn.softmax(-1) @ v).transpose(1, 2).reshape(b, n, c))
+
+    proto = export(UnbindAttention(), (torch.randn(2, 5, 32),), 23)
+    assert "Squeeze" in [n.op_type for n in proto.graph.node]
+    m, report = optimized(proto)
+    assert ops(m) == ["MatMul", "Add", "Split", "Attention", "MatMul", "Add"]
+    assert report["check"]["first_mismatch"] is None

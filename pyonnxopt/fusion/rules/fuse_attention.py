@@ -28,9 +28,10 @@ Layouts:
       size-1 axis, and optimize_transposes makes them Reshapes. With B = 1
       optimize_transposes may have pushed the [S, B, E] Transpose into the
       fold already (qs [1, S, E] -> [S, H, D]): such a qs is taken as it is.
- packed  one projection holds q, k and v (Swin): each is Gather(Transpose(
-      Reshape(qkv3, [B, S, 3, H, D]), [2,0,3,1,4]), i); it becomes the 3-d form
-      on Split(qkv3) along the last axis.
+ packed  one projection holds q, k and v (Swin, timm): each is Gather(Transpose(
+      Reshape(qkv3, [B, S, 3, H, D]), [2,0,3,1,4]), i), or the three are
+      Squeeze(Split(that, axis 0)); it becomes the 3-d form on Split(qkv3)
+      along the last axis.
 
 Scaling: s * c, s / c, q and K^T each times sqrt(c), or q alone times c
 (Swin). Masks: none, one, or two added one after the other (Swin's position
@@ -108,18 +109,25 @@ def _heads_seq_first(name: str) -> Op:
     return Op("Reshape", batch_first, Const(f"{name}_shape"), name=f"{name}_split")
 
 
-def _packed() -> tuple:
-    """q, k, v out of one packed projection: Gather(Transpose(Reshape(qkv3,
-    [B, S, 3, H, D]), [2, 0, 3, 1, 4]), i) (Swin, torch's qkv.permute)."""
+def _packed(unbind: bool) -> tuple:
+    """q, k, v out of one packed projection, Transpose(Reshape(qkv3, [B, S,
+    3, H, D]), [2, 0, 3, 1, 4]): taken by Gather(., i) (torchvision's Swin,
+    qkv[0]) or by one Split along axis 0 and a Squeeze of each part (timm,
+    qkv.unbind(0)); the three parts are then the same Split's outputs."""
     split = Op("Reshape", Var("qkv3"), Const("qkv_shape"), name="qkv_split")
     heads = Op("Transpose", split, name="qkv_heads", attrs={"perm": [2, 0, 3, 1, 4]})
-    return tuple(Op("Gather", heads, Const(f"{n}_index", scalar=True), name=f"{n}_pick", attrs={"axis": 0})
-                 for n in ("q", "k", "v"))
+    if not unbind:
+        return tuple(Op("Gather", heads, Const(f"{n}_index", scalar=True), name=f"{n}_pick", attrs={"axis": 0})
+                     for n in ("q", "k", "v"))
+    sizes = Var("qkv_sizes", optional=True)
+    parts = [Op("Split", heads, sizes, name=f"{n}_part", output=i, attrs={"axis": 0}) for i, n in enumerate("qkv")]
+    return tuple(Op("Squeeze", part, Var(f"{n}_axes", optional=True), name=f"{n}_pick")
+                 for part, n in zip(parts, "qkv"))
 
 
 def _variant(layout: str, scale: str, mask: int, guard: bool) -> Op:
-    if layout == "packed":
-        q, k, v = _packed()
+    if layout in ("packed", "packed_unbind"):
+        q, k, v = _packed(layout == "packed_unbind")
         k_t = Op("Transpose", k, name="k_t", attrs={"perm": [0, 1, 3, 2]})
     elif layout == "seq_first":
         q, v = _heads_seq_first("q"), _heads_seq_first("v")
@@ -155,7 +163,7 @@ def _variant(layout: str, scale: str, mask: int, guard: bool) -> Op:
     if guard:
         p = Op("Where", Op("IsNaN", p, name="nan"), Const("nan_zero"), p, name="guarded")
     y = Op("MatMul", p, v, name="context")
-    if layout in ("3d", "3d_past", "packed"):
+    if layout in ("3d", "3d_past", "packed", "packed_unbind"):
         y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Const("out_shape"),
                name="merge_heads")
     elif layout == "seq_first":
@@ -172,7 +180,7 @@ class FuseAttention(Rule):
     def pattern(self, opset: int) -> list:
         # The 3-d and sequence-first layouts first: they take the head split and merge along.
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
-            ("3d_past", "3d", "packed", "seq_first", "bhsd", "bshd_k"), (2, 1, 0), ("mul", "div", "both", "q", "none"),
+            ("3d_past", "3d", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k"), (2, 1, 0), ("mul", "div", "both", "q", "none"),
             (True, False))]
 
     def check(self, m: Match) -> Optional[str]:
@@ -283,7 +291,31 @@ def _unpacked(m: Match, edit: Edit) -> list:
 
 
 def _pick(m: Match, name: str) -> int:
-    return int(scalar_of(m.array(f"{name}_index"))) % 3
+    """Which third of the packed projection `name` is."""
+    if f"{name}_index" in m:
+        return int(scalar_of(m.array(f"{name}_index"))) % 3
+    return "qkv".index(name)  # the unbind's Split outputs, in order
+
+
+def _unbind_reason(m: Match) -> Optional[str]:
+    """None when q, k, v are one Split's three outputs along axis 0, in equal
+    parts, each squeezed on axis 0."""
+    split = m["q_part"]
+    if not (split == m["k_part"] == m["v_part"]) or len(split.outputs) != 3:
+        return "q, k and v are not one Split's three parts"
+    if "qkv_sizes" in m and m["qkv_sizes"] is not None:
+        sizes = m["qkv_sizes"].initializer
+        if sizes is None or sizes.numpy().reshape(-1).tolist() != [1, 1, 1]:
+            return "the packed projection's Split is not into three equal parts"
+    for n in ("q", "k", "v"):
+        squeeze = m[f"{n}_pick"]
+        axes = squeeze.attributes.get("axes")
+        if axes is None and f"{n}_axes" in m and m[f"{n}_axes"] is not None:
+            init = m[f"{n}_axes"].initializer
+            axes = None if init is None else init.numpy().reshape(-1).tolist()
+        if axes not in ([0], [-5]):
+            return f"{n}'s Squeeze does not drop exactly the parts' axis"
+    return None
 
 
 def _batch_first(m: Match, edit: Edit) -> list:
@@ -410,7 +442,11 @@ def _split_packed(m: Match) -> Union[tuple, str]:
     if not (same_dim(flat[0], b) and same_dim(flat[1], s) and three == 3 and isinstance(h, int)
             and isinstance(d, int) and flat[2] == 3 * h * d):
         return f"{label} does more than split the last dim"
-    if sorted(_pick(m, n) for n in ("q", "k", "v")) != [0, 1, 2]:
+    if "q_part" in m:
+        why = _unbind_reason(m)
+        if why:
+            return why
+    elif sorted(_pick(m, n) for n in ("q", "k", "v")) != [0, 1, 2]:
         return "q, k and v are not the packed projection's three parts"
     return b, s, h, d
 
