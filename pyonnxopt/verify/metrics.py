@@ -7,11 +7,14 @@ Records are JSON-safe: a metric that is not a finite number is null
 `max_rel` is taken over elements whose expected value is non-zero and is
 0.0 when there are none). Non-finite values count as equal when both
 arrays hold the same one (NaN, +inf or -inf) at the same place; the
-metrics are taken over the places where both are finite.
+metrics are taken over the places where both are finite. An intermediate
+may be compared in another layout (`layout`: the permutation of the
+original's axes that gives the optimized tensor).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Optional
 
@@ -59,10 +62,38 @@ def _failed(expected, actual, why: str) -> dict:
             "mismatch": why}
 
 
-def compare_arrays(expected, actual, atol: float, rtol: float) -> dict:
-    """Compares `actual` with `expected` (the original's tensor); see the module docstring."""
+MAX_LAYOUTS_TRIED = 24  # permutations giving the new shape; more only with many equal dims
+
+
+def _in_another_layout(expected, actual, atol: float, rtol: float) -> Optional[dict]:
+    """The comparison with expected's axes permuted, for the first
+    permutation that gives actual's shape and passes; None when none does."""
+    if expected.ndim != actual.ndim or expected.size != actual.size or expected.dtype != actual.dtype:
+        return None
+    tried = 0
+    for perm in itertools.permutations(range(expected.ndim)):
+        if tuple(expected.shape[p] for p in perm) != actual.shape:
+            continue
+        record = compare_arrays(expected.transpose(perm), actual, atol, rtol)
+        if record["ok"]:
+            return {**record, "shape": list(expected.shape), "layout": list(perm)}
+        tried += 1
+        if tried == MAX_LAYOUTS_TRIED:
+            break
+    return None
+
+
+def compare_arrays(expected, actual, atol: float, rtol: float, layouts: bool = False) -> dict:
+    """Compares `actual` with `expected` (the original's tensor); see the
+    module docstring. `layouts`: a tensor of another shape is compared with
+    expected's axes permuted to it, when some permutation passes (an
+    optimizer moved a Transpose past an intermediate); the record then has
+    `layout`, that permutation."""
     expected, actual = np.asarray(expected), np.asarray(actual)
     if expected.shape != actual.shape:
+        moved = _in_another_layout(expected, actual, atol, rtol) if layouts else None
+        if moved is not None:
+            return moved
         return _failed(expected, actual, f"shape {list(expected.shape)} became {list(actual.shape)}")
     if expected.dtype != actual.dtype:
         return _failed(expected, actual, f"dtype {expected.dtype} became {actual.dtype}")

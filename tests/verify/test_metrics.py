@@ -85,3 +85,16 @@ def test_merge_keeps_the_worst_and_adds_histograms():
     shape = compare_arrays(x, np.ones(3, np.float32), 1, 1)
     assert merge(shape, good)["max_abs"] is None and merge(good, shape)["max_abs"] is None
     assert merge(good, shape)["mismatch"] == "shape [4] became [3]"
+
+
+def test_an_intermediate_in_another_layout_is_compared_permuted():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    moved = x.transpose(1, 0, 2).copy()
+    r = compare_arrays(x, moved, 1e-4, 1e-3, layouts=True)
+    assert r["ok"] and r["layout"] == [1, 0, 2] and r["max_abs"] == 0.0 and r["shape"] == [2, 3, 4]
+    assert not compare_arrays(x, moved, 1e-4, 1e-3)["ok"]  # outputs keep their layout
+    wrong = moved + 1
+    r = compare_arrays(x, wrong, 1e-4, 1e-3, layouts=True)
+    assert not r["ok"] and r["mismatch"] == "shape [2, 3, 4] became [3, 2, 4]"
+    size1 = np.ones((197, 1, 8), np.float32)
+    assert compare_arrays(size1, size1.reshape(1, 197, 8), 0, 0, layouts=True)["ok"]  # a size-1 axis moved

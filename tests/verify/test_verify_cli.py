@@ -211,3 +211,19 @@ def test_dim_sets_a_named_dynamic_dim(tmp_path, capsys):
     assert "--dim 'seq': expected SYMBOL=N" in capsys.readouterr().err
     assert main(["verify", str(path), str(path), "--dim", "len=4"]) == 2
     assert "no dynamic dim named 'len'" in capsys.readouterr().err
+
+
+def test_a_transposed_intermediate_is_compared_in_its_new_layout(tmp_path):
+    from onnx import TensorProto, helper
+
+    def model(nodes):
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    original = model([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Transpose", ["h"], ["y"], perm=[1, 0])])
+    moved = model([helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]), helper.make_node("Relu", ["xt"], ["h"]),
+                   helper.make_node("Identity", ["h"], ["y"])])
+    r = verify(save(original, tmp_path / "a.onnx"), save(moved, tmp_path / "b.onnx"))
+    h = {x["name"]: x for x in r["layers"]}["h"]
+    assert r["ok"] and h["ok"] and h["layout"] == [1, 0]
