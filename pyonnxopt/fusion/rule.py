@@ -164,6 +164,7 @@ class Rule(Pass):
     after_cleanup = True
 
     def pattern(self, opset: int) -> Union[Op, list]:
+        """Called once per opset: the compiled pattern is kept on the rule."""
         raise TypeError(f"{type(self).__name__} must define pattern()")
 
     def check(self, m: Match) -> Optional[str]:

@@ -42,16 +42,19 @@ class CancelReshapesAroundAdd(Rule):
         return Op("Reshape", add, Var("merge_shape"), name="merge")
 
     def check(self, m: Match) -> Optional[str]:
-        c = _constant_in_x_view(m)
-        return c if isinstance(c, str) else None
+        plan = _view_of_c(m)
+        return plan if isinstance(plan, str) else None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        c = _constant_in_x_view(m)
+        full, widened, merged = _view_of_c(m)
+        c = np.ascontiguousarray(np.broadcast_to(m.array("c").reshape(full), widened)).reshape(merged)
         edit.replace_root("Add", [m["x"], edit.constant(c, f"{m['c'].name}_unsplit")])
         return None
 
 
-def _constant_in_x_view(m: Match) -> Union[np.ndarray, str]:
+def _view_of_c(m: Match) -> Union[tuple, str]:
+    """(c's shape given A's rank, the shape it is copied to, x's view of it),
+    or why there is none. Nothing is copied here: the rewrite does that."""
     x, a, y = dims(m["x"]), dims(m["split"].outputs[0]), dims(m.root.outputs[0])
     for name, d in (("x", x), ("the split view", a)):
         if d is None or not all(isinstance(e, int) and e > 0 for e in d):
@@ -76,11 +79,11 @@ def _constant_in_x_view(m: Match) -> Union[np.ndarray, str]:
         for i in g:  # whole along the group, copied where it broadcast (a batch over windows)
             widened[i] = a[i]
         merged.append(int(np.prod([a[i] for i in g], dtype=np.int64)))
-    out = np.broadcast_to(c.reshape(full), widened)
-    if out.size > c.size and out.nbytes > m.options.fold_size_limit:
+    size = int(np.prod(widened, dtype=np.int64))
+    if size > c.size and size * c.itemsize > m.options.fold_size_limit:
         return (f"the constant {list(c.shape)} broadcasts inside the split of one of x's dims: its copy would take "
-                f"{out.nbytes} bytes (--fold-size-limit {m.options.fold_size_limit})")
-    return np.ascontiguousarray(out).reshape(merged)
+                f"{size * c.itemsize} bytes (--fold-size-limit {m.options.fold_size_limit})")
+    return full, widened, merged
 
 
 def _groups(a: list, x: list) -> Optional[list]:
