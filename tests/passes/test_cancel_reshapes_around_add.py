@@ -4,25 +4,29 @@ import numpy as np
 import pytest
 
 import pyonnxopt
-from pyonnxopt.passes import PassOptions, get
 
-from helpers import ops, outputs, parse
-
-# Swin's shifted windows: scores [B*nW, H, N, N] -> [B, nW, H, N, N] + mask [1, nW, 1, N, N] -> back.
-SWIN = """g (float[4,3,5,5] s) => (float[4,3,5,5] y) <float[1,4,1,5,5] mask = {%s},
-        int64[5] split = {1, 4, 3, 5, 5}, int64[4] merge = {-1, 3, 5, 5}> {
-    v = Reshape(s, split)
-    a = Add(v, mask)
-    y = Reshape(a, merge)
-}""" % ", ".join(str(float(i % 7)) for i in range(100))
+from helpers import ops, outputs
+from transformer_helpers import fuse
 
 
-def run(text):
-    before = parse(text)
-    m = pyonnxopt.load(before)
-    get("infer_shapes").run(m)
-    r = get("cancel_reshapes_around_add").run(m)
-    assert m.check_invariants() == []
+def swin(mask=(1, 4, 1, 5, 5), split=(1, 4, 3, 5, 5), merge=(-1, 3, 5, 5), out=(4, 3, 5, 5)) -> str:
+    """Swin's shifted windows: scores [B*nW, H, N, N] -> [B, nW, H, N, N] + mask [1, nW, 1, N, N] -> back."""
+    dims = lambda d: ",".join(map(str, d))  # noqa: E731
+    values = ", ".join(str(float(i % 7)) for i in range(int(np.prod(mask))))
+    return f"""g (float[4,3,5,5] s) => (float[{dims(out)}] y) <float[{dims(mask)}] mask = {{{values}}},
+            int64[5] split = {{{", ".join(map(str, split))}}}, int64[4] merge = {{{", ".join(map(str, merge))}}}> {{
+        v = Reshape(s, split)
+        a = Add(v, mask)
+        y = Reshape(a, merge)
+    }}"""
+
+
+SWIN = swin()
+
+
+def run(text, **options):
+    """(original, Model, PassResult): the rule once, after infer_shapes."""
+    m, r, before = fuse("cancel_reshapes_around_add", text, opset=17, **options)
     return before, m, r
 
 
@@ -41,21 +45,12 @@ def test_groups():
     assert g([2, 3], [3, 2]) is None
 
 
-@pytest.mark.parametrize("change, why", [
-    (("float[1,4,1,5,5] mask", "float[1,4,3,5,5] mask"), None),  # full over the heads too: fine
-    (("int64[5] split = {1, 4, 3, 5, 5}", "int64[5] split = {2, 2, 3, 5, 5}"), None),  # copied over the batch
-    (("int64[4] merge = {-1, 3, 5, 5}", "int64[4] merge = {-1, 3, 25, 1}"), "are not x's"),
+@pytest.mark.parametrize("text, why", [
+    (swin(mask=(1, 4, 3, 5, 5)), None),  # full over the heads too: fine
+    (swin(mask=(1, 2, 1, 5, 5), split=(2, 2, 3, 5, 5)), None),  # copied over the batch
+    (swin(merge=(-1, 3, 25, 1), out=(4, 3, 25, 1)), "are not x's"),
 ])
-def test_variants_and_refusals(change, why):
-    text = SWIN.replace(*change)
-    if "25, 1" in change[1]:
-        text = text.replace("=> (float[4,3,5,5] y)", "=> (float[4,3,25,1] y)")
-    if "float[1,4,3,5,5]" in change[1]:
-        text = text.replace(", ".join(str(float(i % 7)) for i in range(100)),
-                            ", ".join(str(float(i % 7)) for i in range(300)))
-    if "{2, 2, 3, 5, 5}" in change[1]:
-        text = text.replace("float[1,4,1,5,5] mask", "float[1,2,1,5,5] mask").replace(
-            ", ".join(str(float(i % 7)) for i in range(100)), ", ".join(str(float(i % 7)) for i in range(50)))
+def test_variants_and_refusals(text, why):
     before, m, r = run(text)
     if why is None:
         assert ops(m) == ["Add"] and list(m.graph.nodes[0].inputs[1].initializer.numpy().shape)[:2] in ([4, 1], [4, 3])
@@ -66,11 +61,5 @@ def test_variants_and_refusals(change, why):
 
 
 def test_a_copy_past_the_fold_size_limit_refuses():
-    text = SWIN.replace("int64[5] split = {1, 4, 3, 5, 5}", "int64[5] split = {2, 2, 3, 5, 5}")
-    text = text.replace("float[1,4,1,5,5] mask", "float[1,2,1,5,5] mask").replace(
-        ", ".join(str(float(i % 7)) for i in range(100)), ", ".join(str(float(i % 7)) for i in range(50)))
-    before = parse(text)
-    m = pyonnxopt.load(before)
-    get("infer_shapes").run(m)
-    r = get("cancel_reshapes_around_add").run(m, PassOptions(fold_size_limit=64))
+    before, m, r = run(swin(mask=(1, 2, 1, 5, 5), split=(2, 2, 3, 5, 5)), fold_size_limit=64)
     assert not r.modified and any("--fold-size-limit 64" in x for x in r.stats["near_misses"])

@@ -41,16 +41,19 @@ def as_dtype(proto: onnx.ModelProto, dtype) -> onnx.ModelProto:
     return out
 
 
-def fuse(rule: str, model, opset: int = 20, target: str = "onnx", infer: bool = True):
+def fuse(rule: str, model, opset: int = 20, target: str = "onnx", infer: bool = True, full_check: bool = True,
+         **options):
     """Runs `rule` once on `model` (ONNX text or ModelProto); checks the IR
-    and onnx.checker. Returns (Model, PassResult, original ModelProto)."""
+    and (`full_check`) onnx.checker; `options` are other PassOptions fields.
+    Returns (Model, PassResult, original ModelProto)."""
     proto = parse(model, opset) if isinstance(model, str) else model
     m = pyonnxopt.load(proto)
     if infer:
         get("infer_shapes").run(m)
-    r = get(rule).run(m, PassOptions(target=target))
+    r = get(rule).run(m, PassOptions(target=target, **options))
     assert m.check_invariants() == []
-    onnx.checker.check_model(m.to_onnx(), full_check=True)
+    if full_check:
+        onnx.checker.check_model(m.to_onnx(), full_check=True)
     return m, r, proto
 
 
