@@ -32,6 +32,7 @@ RUNS_ON_CPU = {
     ("", "Attention"): {_F32, _F16, _F64},
     (MS_DOMAIN, "Gelu"): {_F32, _F16},
     (MS_DOMAIN, "FastGelu"): {_F32, _F16, _F64},
+    (MS_DOMAIN, "FusedConv"): {_F32, _F16},
     (MS_DOMAIN, "MultiHeadAttention"): {_F32, _F16},
     (MS_DOMAIN, "SkipLayerNormalization"): {_F32, _F16},
     (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): {_F32, _F16},

@@ -30,14 +30,15 @@ def rng_weights(seed: int = 0, dtype=np.float32, positive: tuple = ("var",), **s
     return out
 
 
-def run_rule(name: str, proto: onnx.ModelProto, shapes: bool = True, valid: bool = True):
-    """(Model, PassResult) of rule `name` on `proto`, shapes inferred first;
-    the result passes onnx's full check unless the model was `valid=False`
-    to start with (a refusal on a model the checker rejects)."""
+def run_rule(name: str, proto: onnx.ModelProto, shapes: bool = True, valid: bool = True, **options):
+    """(Model, PassResult) of rule `name` on `proto` (`options`: PassOptions
+    fields), shapes inferred first; the result passes onnx's full check
+    unless the model was `valid=False` to start with (a refusal on a model
+    the checker rejects)."""
     m = pyonnxopt.load(proto)
     if shapes:
         get("infer_shapes").run(m)
-    result = get(name).run(m, PassOptions())
+    result = get(name).run(m, PassOptions(**options))
     assert m.check_invariants() == []
     if valid:
         onnx.checker.check_model(m.to_onnx(), full_check=True)

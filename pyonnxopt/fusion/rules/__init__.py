@@ -4,6 +4,7 @@ from pyonnxopt.fusion.rules.cancel_reshapes_around_add import CancelReshapesArou
 from pyonnxopt.fusion.rules.cancel_row_transposes import CancelRowTransposes
 from pyonnxopt.fusion.rules.fuse_attention import FuseAttention
 from pyonnxopt.fusion.rules.fuse_consecutive_slices import FuseConsecutiveSlices
+from pyonnxopt.fusion.rules.fuse_conv_activation import FuseConvActivation
 from pyonnxopt.fusion.rules.fuse_conv_batchnorm import FuseConvBatchnorm
 from pyonnxopt.fusion.rules.fuse_conv_scale_bias import FuseConvScaleBias
 from pyonnxopt.fusion.rules.fuse_gelu import FuseGelu
@@ -16,10 +17,12 @@ from pyonnxopt.fusion.rules.fuse_skip_layer_normalization import FuseSkipLayerNo
 
 BUILTIN_RULES: list = [
     # Conv/Gemm/Pad folding (wt-convs): padding first, then BatchNormalization,
-    # then the per-channel Mul/Add it may leave, then MatMul+Add into Gemm.
+    # then the per-channel Mul/Add it may leave, then MatMul+Add into Gemm;
+    # with --target ort, the activation (and residual) into a FusedConv last.
     FusePadIntoConv(),
     FuseConvBatchnorm(),
     FuseConvScaleBias(),
+    FuseConvActivation(),
     FuseGemmBatchnorm(),
     FuseMatmulAddIntoGemm(),
     # Transformer blocks (wt-nlp): the norms first, then Gelu, then Attention.
