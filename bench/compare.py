@@ -69,9 +69,12 @@ TOOLS = {
     "polygraphy": (("polygraphy",), "polygraphy surgeon sanitize IN --fold-constants -o OUT"),
     "onnxscript": (("onnxscript", "onnx_ir"), "onnxscript.optimizer.optimize(onnx_ir.load(IN)), onnx_ir.save"),
     "ort-basic": (("onnxruntime",), "onnxruntime SessionOptions.optimized_model_filepath at ORT_ENABLE_BASIC"),
+    "ort-extended": (("onnxruntime",), "onnxruntime SessionOptions.optimized_model_filepath at ORT_ENABLE_EXTENDED "
+                                       "(com.microsoft ops: the peer of --target ort)"),
 }
-# Not run unless asked for (`--tools default,pyonnxopt-ort`): one more result to evaluate and time per model.
-OPT_IN = ("pyonnxopt-ort", "pyonnxopt-opset23")
+# Not run unless asked for (`--tools default,pyonnxopt-ort,ort-extended`): one more result to evaluate and time
+# per model.
+OPT_IN = ("pyonnxopt-ort", "pyonnxopt-opset23", "ort-extended")
 DEFAULT_TOOLS = [t for t in TOOLS if t not in OPT_IN]
 PYONNXOPT_FLAGS = {"pyonnxopt-nocheck": ["--no-check"], "pyonnxopt": [], "pyonnxopt-ort": ["--no-check", "--target", "ort"],
                    "pyonnxopt-opset23": ["--no-check", "--opset", "23"]}
@@ -99,7 +102,7 @@ def command(tool: str, src: str, dst: str, big: bool) -> list:
     if tool == "polygraphy":
         return [_script("polygraphy"), "surgeon", "sanitize", src, "--fold-constants", "-o", dst,
                 *(["--save-external-data", DATA_NAME] if big else [])]
-    if tool in ("onnxscript", "ort-basic"):
+    if tool in ("onnxscript", "ort-basic", "ort-extended"):
         return [py, os.path.abspath(__file__), "--tool-worker", tool, src, dst, *(["--external"] if big else [])]
     raise ValueError(tool)
 
@@ -113,13 +116,15 @@ def tool_worker(tool: str, src: str, dst: str, big: bool) -> int:
         model = ir.load(src)
         onnxscript.optimizer.optimize(model)
         ir.save(model, dst, external_data=DATA_NAME if big else None)
-    elif tool == "ort-basic":
+    elif tool in ("ort-basic", "ort-extended"):
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        # BASIC: the level whose output stays a portable ONNX model (EXTENDED
-        # and ALL add onnxruntime's own contrib ops and layouts).
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        # BASIC: the level whose output stays a portable ONNX model. EXTENDED
+        # adds onnxruntime's contrib ops (FusedConv, ...), the peer of
+        # --target ort; ALL's layouts are tied to this CPU and left out.
+        level = ort.GraphOptimizationLevel
+        opts.graph_optimization_level = level.ORT_ENABLE_BASIC if tool == "ort-basic" else level.ORT_ENABLE_EXTENDED
         opts.optimized_model_filepath = dst
         if big:
             opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", DATA_NAME)

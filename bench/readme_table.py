@@ -1,6 +1,7 @@
 """The README's fusion table from compare.py JSON files: nodes, Transposes
 and latency against the best peer, for pyonnxopt (--no-check) and, where
-the run has it, pyonnxopt --opset 23.
+the run has them, pyonnxopt --opset 23 and --target ort (whose best peer
+may be onnxruntime's own EXTENDED output, com.microsoft ops and all).
 
     python bench/readme_table.py bench/out/compare-paired-1.json bench/out/compare-paired-2.json [rerun.json]
 
@@ -19,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _goals  # noqa: E402
 import _util  # noqa: E402
 
-MAIN, UPGRADED = "pyonnxopt-nocheck", "pyonnxopt-opset23"
+MAIN = "pyonnxopt-nocheck"
+VARIANTS = {"up": "pyonnxopt-opset23", "ort": "pyonnxopt-ort"}
 LEVELS = ("disable", "all")
 
 
@@ -43,42 +45,52 @@ def table_rows(doc: dict) -> list:
         best = _best_nodes(rows, MAIN)
         if best is None or MAIN not in ratios:
             continue
-        mine, upgraded = rows[MAIN], rows.get(UPGRADED)
+        mine = rows[MAIN]
         row = {"model": name, "export": rows["original"]["nodes"], "best": best, "nodes": mine.get("nodes"),
                "t_export": rows["original"].get("transposes"), "t": mine.get("transposes"),
                "lat": {lv: ratios[MAIN]["latency_vs_best_peer"].get(lv) for lv in LEVELS}}
-        if upgraded and UPGRADED in ratios and _goals.good(upgraded):
-            row["up"] = {"nodes": upgraded["nodes"], "t": upgraded.get("transposes"),
-                         "lat": {lv: ratios[UPGRADED]["latency_vs_best_peer"].get(lv) for lv in LEVELS}}
+        for key, tool in VARIANTS.items():
+            variant = rows.get(tool)
+            if variant and tool in ratios and _goals.good(variant):
+                row[key] = {"nodes": variant["nodes"], "t": variant.get("transposes"), "best": _best_nodes(rows, tool),
+                            "lat": {lv: ratios[tool]["latency_vs_best_peer"].get(lv) for lv in LEVELS}}
         out.append(row)
     return out
 
 
+def _bold(nodes, best) -> str:
+    return f"**{nodes}**" if nodes is not None and best is not None and nodes <= best[0] else str(nodes)
+
+
+def _latency(lat: dict) -> str:
+    return " / ".join(_ratio(lat[lv]) for lv in LEVELS)
+
+
 def markdown(rows: list) -> str:
     lines = ["| model | nodes: export | best peer | pyonnxopt | Transposes: export → pyonnxopt | latency vs best "
-             "peer, opt. off / default | `--opset 23`: nodes, Transposes | … latency, opt. off / default |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "peer, opt. off / default | `--opset 23`: nodes, Transposes | … latency, opt. off / default "
+             "| `--target ort`: nodes (best peer) | … latency, opt. off / default |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         best, tools = r["best"]
-        nodes = f"**{r['nodes']}**" if r["nodes"] is not None and r["nodes"] <= best else str(r["nodes"])
-        up = r.get("up")
+        up, ort = r.get("up"), r.get("ort")
         up_nodes = f"{up['nodes']}, {up['t']}" if up else "–"
-        up_lat = " / ".join(_ratio(up["lat"][lv]) for lv in LEVELS) if up else "–"
-        lines.append(f"| {r['model']} | {r['export']} | {best} ({', '.join(tools)}) | {nodes} | "
-                     f"{r['t_export']} → {r['t']} | {' / '.join(_ratio(r['lat'][lv]) for lv in LEVELS)} | "
-                     f"{up_nodes} | {up_lat} |")
+        ort_nodes = f"{_bold(ort['nodes'], ort['best'])} ({ort['best'][0]})" if ort and ort["best"] else "–"
+        lines.append(f"| {r['model']} | {r['export']} | {best} ({', '.join(tools)}) | {_bold(r['nodes'], r['best'])} | "
+                     f"{r['t_export']} → {r['t']} | {_latency(r['lat'])} | {up_nodes} | "
+                     f"{_latency(up['lat']) if up else '–'} | {ort_nodes} | {_latency(ort['lat']) if ort else '–'} |")
     return "\n".join(lines)
 
 
 def summary(rows: list) -> str:
     out = []
-    for label, pick in (("pyonnxopt", lambda r: r), ("--opset 23", lambda r: r.get("up"))):
+    for label, key in (("pyonnxopt", None), ("--opset 23", "up"), ("--target ort", "ort")):
         for lv in LEVELS:
-            values = [pick(r)["lat"][lv] for r in rows if pick(r) and pick(r)["lat"][lv] not in (None, float("inf"))]
+            values = [(r if key is None else r[key])["lat"][lv] for r in rows if key is None or r.get(key)]
+            values = [v for v in values if v not in (None, float("inf"))]
             if values:
-                worst = max(values)
                 out.append(f"{label}, latency at '{lv}': geomean {_util.geomean(values):.3f}, median "
-                           f"{_util.median(values):.3f}, worst {worst:.2f} over {len(values)} models")
+                           f"{_util.median(values):.3f}, worst {max(values):.2f} over {len(values)} models")
     return "\n".join(out)
 
 

@@ -33,6 +33,8 @@ RUNS_ON_CPU = {
     (MS_DOMAIN, "Gelu"): {_F32, _F16},
     (MS_DOMAIN, "FastGelu"): {_F32, _F16, _F64},
     (MS_DOMAIN, "FusedConv"): {_F32, _F16},
+    (MS_DOMAIN, "BiasGelu"): {_F32, _F16},
+    (MS_DOMAIN, "QuickGelu"): {_F32, _F16, _F64},
     (MS_DOMAIN, "MultiHeadAttention"): {_F32, _F16},
     (MS_DOMAIN, "SkipLayerNormalization"): {_F32, _F16},
     (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): {_F32, _F16},

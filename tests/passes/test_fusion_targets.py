@@ -21,6 +21,8 @@ CASES = {
     "Attention": ([[2, 4, 5, 8]] * 3, {}),
     "FastGelu": ([[2, 3, 8]], {}),
     "FusedConv": ([[1, 2, 5, 5], [3, 2, 3, 3]], {"activation": "Relu"}),
+    "BiasGelu": ([[2, 3, 8], [8]], {}),
+    "QuickGelu": ([[2, 3, 8]], {}),
     "MultiHeadAttention": ([[2, 5, 32]] * 3, {"num_heads": 4}),
     "SkipLayerNormalization": ([[2, 3, 8], [2, 3, 8], [8], [8]], {}),
     "SkipSimplifiedLayerNormalization": ([[2, 3, 8], [2, 3, 8], [8]], {}),

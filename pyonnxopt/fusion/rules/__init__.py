@@ -3,6 +3,7 @@
 from pyonnxopt.fusion.rules.cancel_reshapes_around_add import CancelReshapesAroundAdd
 from pyonnxopt.fusion.rules.cancel_row_transposes import CancelRowTransposes
 from pyonnxopt.fusion.rules.fuse_attention import FuseAttention
+from pyonnxopt.fusion.rules.fuse_bias_gelu import FuseBiasGelu
 from pyonnxopt.fusion.rules.fuse_consecutive_slices import FuseConsecutiveSlices
 from pyonnxopt.fusion.rules.fuse_conv_activation import FuseConvActivation
 from pyonnxopt.fusion.rules.fuse_conv_batchnorm import FuseConvBatchnorm
@@ -12,6 +13,7 @@ from pyonnxopt.fusion.rules.fuse_gemm_batchnorm import FuseGemmBatchnorm
 from pyonnxopt.fusion.rules.fuse_layer_normalization import FuseLayerNormalization
 from pyonnxopt.fusion.rules.fuse_matmul_add_into_gemm import FuseMatmulAddIntoGemm
 from pyonnxopt.fusion.rules.fuse_pad_into_conv import FusePadIntoConv
+from pyonnxopt.fusion.rules.fuse_quick_gelu import FuseQuickGelu
 from pyonnxopt.fusion.rules.fuse_rms_normalization import FuseRmsNormalization
 from pyonnxopt.fusion.rules.fuse_skip_layer_normalization import FuseSkipLayerNormalization
 
@@ -25,11 +27,14 @@ BUILTIN_RULES: list = [
     FuseConvActivation(),
     FuseGemmBatchnorm(),
     FuseMatmulAddIntoGemm(),
-    # Transformer blocks (wt-nlp): the norms first, then Gelu, then Attention.
+    # Transformer blocks (wt-nlp): the norms first, then Gelu (with --target
+    # ort: its bias, and the sigmoid gates), then Attention.
     FuseLayerNormalization(),
     FuseSkipLayerNormalization(),
     FuseRmsNormalization(),
     FuseGelu(),
+    FuseBiasGelu(),
+    FuseQuickGelu(),
     CancelReshapesAroundAdd(),  # Swin's shifted-window mask, so that its attention fuses
     FuseAttention(),
     # Data movement.
