@@ -214,6 +214,14 @@ def test_count_ops_walks_subgraphs():
     assert counts == {"nodes_main": 3, "nodes": 6, "transposes": 3, "ms_nodes": 1}
 
 
+def test_count_ops_counts_onnxruntime_ops_in_the_onnx_domain():
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 14]> g (float[2, 3] x, float[3] s) => (float[2, 3] y) {
+        a = SimplifiedLayerNormalization (x, s)  y = LayerNormalization (a, s) }""")
+    assert _evaluate.count_ops(model.graph, 14)["ms_nodes"] == 2  # LayerNormalization is ONNX's from opset 17
+    assert _evaluate.count_ops(model.graph, 17)["ms_nodes"] == 1
+    assert _evaluate.count_ops(model.graph)["ms_nodes"] == 0  # opset not given: its own domains only
+
+
 def test_planned_runs_respects_the_budget_and_the_floor():
     assert _evaluate._planned_runs(20, 0.1, 120) == 20
     assert _evaluate._planned_runs(20, 10.0, 120) == 12
