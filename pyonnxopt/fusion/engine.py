@@ -47,7 +47,7 @@ def _compiled(rule: Rule, opset: int) -> list:
 def run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
     stats = {"nodes_removed": 0, "nodes_added": 0, "rewrites": [], "refused": [], "near_misses": []}
     opset = opset_of(model, None)
-    if opset < rule.min_opset:
+    if opset < rule.min_opset or rule.only_target not in (None, options.target):
         return PassResult(False, stats)
     compiled = _compiled(rule, opset)
     for graph in _graphs(model):

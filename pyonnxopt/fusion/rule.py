@@ -161,6 +161,7 @@ class Rule(Pass):
     nothing). Matched nodes nobody reads afterwards are removed."""
 
     min_opset: int = 1  # the rule does not run below this default-domain opset
+    only_target: Optional[str] = None  # "ort": the rule does nothing for another --target
     after_cleanup = True
 
     def pattern(self, opset: int) -> Union[Op, list]:

@@ -27,8 +27,6 @@ from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.rules._channels import attribute
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain
 from pyonnxopt.fusion.values import dims
-from pyonnxopt.model import Model
-from pyonnxopt.passes.base import PassOptions, PassResult
 
 
 def _biased() -> Op:
@@ -38,18 +36,13 @@ def _biased() -> Op:
 class FuseBiasGelu(Rule):
     name = "fuse_bias_gelu"
     description = "(--target ort) Add(x, bias) -> Gelu => com.microsoft BiasGelu / FastGelu with its bias"
+    only_target = "ort"
 
     def pattern(self, opset: int) -> list:
         variants = [Op("Gelu|FastGelu", _biased(), name="gelu", domain=MS_DOMAIN)]
         if opset >= 20:
             variants.append(Op("Gelu", _biased(), name="gelu"))
         return variants
-
-    def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
-        if options.target != "ort":
-            return PassResult(False, {"nodes_removed": 0, "nodes_added": 0, "rewrites": [], "refused": [],
-                                      "near_misses": []})
-        return super().run(model, options)
 
     def check(self, m: Match) -> Optional[str]:
         bias, x = m.shape("bias"), dims(m["x"])

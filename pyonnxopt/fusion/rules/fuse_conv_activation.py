@@ -35,8 +35,6 @@ from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.rules._channels import attribute
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain
 from pyonnxopt.fusion.values import dims, same_dim
-from pyonnxopt.model import Model
-from pyonnxopt.passes.base import PassOptions, PassResult
 
 ACTIVATIONS = "Relu|LeakyRelu|Sigmoid|Tanh|HardSigmoid|Clip"
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -55,16 +53,11 @@ def _activation(inner: Op, opset: int) -> Op:
 class FuseConvActivation(Rule):
     name = "fuse_conv_activation"
     description = "(--target ort) Conv [+ residual] -> activation => com.microsoft FusedConv"
+    only_target = "ort"
 
     def pattern(self, opset: int) -> list:
         residual = Op("Add", _conv(), Var("z"), name="residual", commutative=True)
         return [_activation(residual, opset), _activation(_conv(), opset)]
-
-    def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
-        if options.target != "ort":
-            return PassResult(False, {"nodes_removed": 0, "nodes_added": 0, "rewrites": [], "refused": [],
-                                      "near_misses": []})
-        return super().run(model, options)
 
     def check(self, m: Match) -> Optional[str]:
         why = dtype_reason(MS_DOMAIN, "FusedConv", m.dtype("conv") or m.dtype("w"))

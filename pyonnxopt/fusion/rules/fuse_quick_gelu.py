@@ -24,13 +24,12 @@ from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain
 from pyonnxopt.fusion.values import scalar_of
-from pyonnxopt.model import Model
-from pyonnxopt.passes.base import PassOptions, PassResult
 
 
 class FuseQuickGelu(Rule):
     name = "fuse_quick_gelu"
     description = "(--target ort) x * Sigmoid(a * x) => com.microsoft QuickGelu (SiLU/Swish, quick GELU)"
+    only_target = "ort"
 
     def pattern(self, opset: int) -> list:
         x = Var("x")
@@ -38,12 +37,6 @@ class FuseQuickGelu(Rule):
         plain = Op("Sigmoid", x, name="sigmoid")
         return [Op("Mul", x, scaled, name="gate", commutative=True),
                 Op("Mul", x, plain, name="gate", commutative=True)]
-
-    def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
-        if options.target != "ort":
-            return PassResult(False, {"nodes_removed": 0, "nodes_added": 0, "rewrites": [], "refused": [],
-                                      "near_misses": []})
-        return super().run(model, options)
 
     def check(self, m: Match) -> Optional[str]:
         alpha = _alpha(m)

@@ -32,8 +32,6 @@ from pyonnxopt.fusion.rule import Edit, Match
 from pyonnxopt.fusion.rules._normalization import emit_skip_norm
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, fits_skip_contract, shared_sum_reason
 from pyonnxopt.fusion.values import dims
-from pyonnxopt.model import Model
-from pyonnxopt.passes.base import PassOptions, PassResult
 
 
 def _pattern(with_bias: bool) -> Op:
@@ -46,15 +44,10 @@ def _pattern(with_bias: bool) -> Op:
 class FuseSkipLayerNormalization(Rule):
     name = "fuse_skip_layer_normalization"
     description = "(--target ort) Add [+ bias] -> LayerNormalization => com.microsoft SkipLayerNormalization"
+    only_target = "ort"
 
     def pattern(self, opset: int) -> list:
         return [_pattern(True), _pattern(False)]
-
-    def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
-        if options.target != "ort":
-            return PassResult(False, {"nodes_removed": 0, "nodes_added": 0, "rewrites": [], "refused": [],
-                                      "near_misses": []})
-        return super().run(model, options)
 
     def check(self, m: Match) -> Optional[str]:
         norm = m["norm"]
