@@ -40,6 +40,9 @@ def test_refusals_and_target_onnx():
     m, r, _ = fuse(RULE, model("t = Mul (x, a)  s = Sigmoid (t)  y = Mul (x, s)", consts="<float[5] a = {1.0, 2.0, 3.0, 4.0, 5.0}>"),
                    opset=17, target="ort")
     assert ops(m) == ["Mul", "Sigmoid", "Mul"] and any("is not one finite number" in n for n in r.stats["near_misses"])
+    m, r, _ = fuse(RULE, model("t = Mul (x, a)  s = Sigmoid (t)  y = Mul (x, s)", consts="<float[1,1,1,1] a = {1.0}>")
+                   .replace("=> (float[2,3,5] y)", "=> (float[1,2,3,5] y)"), opset=17, target="ort")
+    assert not r.modified and any("has rank 4 and x's is 3: it may broadcast x" in n for n in r.stats["near_misses"])
     # A gate of another value, or a sigmoid read elsewhere, is no QuickGelu.
     other = "g (float[2,3,5] x, float[2,3,5] z) => (float[2,3,5] y) { s = Sigmoid (z)  y = Mul (x, s) }"
     assert not fuse(RULE, other, opset=17, target="ort")[1].modified

@@ -11,7 +11,8 @@ op itself at its default level.
 
 Refuses when:
  1. the target is not ort (the rule does nothing for --target onnx);
- 2. a is not a one-element finite constant;
+ 2. a is not a one-element finite constant, or has more dims than x (it
+    would broadcast x to a bigger shape);
  3. onnxruntime's CPU provider has no kernel for the element type.
 """
 
@@ -42,6 +43,10 @@ class FuseQuickGelu(Rule):
         alpha = _alpha(m)
         if alpha is None or not math.isfinite(alpha):
             return f"the scale '{m['alpha'].name}' is not one finite number"
+        scale_rank = len(m.shape("alpha")) if "alpha" in m else 0
+        rank = None if m.shape("x") is None else len(m.shape("x"))
+        if scale_rank and (rank is None or scale_rank > rank):
+            return f"the scale '{m['alpha'].name}' has rank {scale_rank} and x's is {rank}: it may broadcast x"
         return dtype_reason(MS_DOMAIN, "QuickGelu", m.dtype("gate") or m.dtype("x"))
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
