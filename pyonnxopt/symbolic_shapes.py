@@ -23,8 +23,9 @@ so one walk in topological order tracks:
 * each value's dims: the inferred ones where they are an int or a symbol
   that is not one of onnx's generated unk__ names, else what the op gives from its inputs'
   dims (Range, Expand, ConstantOfShape, Reshape, Slice, Concat, Split,
-  broadcasting elementwise ops, MatMul, Gemm, Transpose, Gather, (Un)Squeeze,
-  Attention, shape-keeping unary ops and normalizations).
+  broadcasting elementwise ops, MatMul, Gemm, Conv and pools, Transpose,
+  Gather, (Un)Squeeze, Attention, shape-keeping unary ops and
+  normalizations).
 
 A dim is only ever given a value that holds for every input the model
 accepts. The rules for that:
@@ -52,6 +53,14 @@ accepts. The rules for that:
 6. A sum of dims that a value onnx knows has as a named symbol (a graph
    output's declared `total_seq`, Concat(past, new) along that axis) is
    that symbol wherever else it comes up.
+7. A Conv's or pool's spatial dim of a symbolic input dim H (ceil_mode
+   0) is floor((H + pads - dilation * (kernel - 1) - 1) / stride) + 1: H
+   plus a constant for stride 1, else a new symbol named by that formula,
+   such as `floor((height-1)/2)+1`, written out like any other (the next
+   window's name folds the +1 in: `floor(floor((height-1)/2)/2)+1`). Two
+   dims with that name are the same arithmetic on the same dim, so equal: the
+   shortcut of a dynamic-size ResNet block provably has its main path's
+   shape. auto_pad SAME gives `ceil(H/stride)`.
 
 Refused (left unknown): ops not listed, other domains, values whose rank
 onnx does not know, subgraphs and function bodies."""
@@ -470,6 +479,8 @@ class _Walk:
             ta = attrs["transA"].i if "transA" in attrs else 0
             tb = attrs["transB"].i if "transB" in attrs else 0
             return [d[0][1 if ta else 0], d[1][0 if tb else 1]]
+        if op in ("Conv", "MaxPool", "AveragePool", "LpPool") and d and d[0] is not None and len(d[0]) >= 3:
+            return _window_dims(op, d, attrs)
         if op == "Attention" and len(d) >= 3 and d[0] is not None and d[2] is not None:
             return _attention_dims(d[0], d[2], attrs)
         if op == "Transpose" and d[0] is not None:
@@ -597,6 +608,57 @@ def _binary(op, x, y):
         lo = _as_linear(other)
         return None if lo is None else _simplest(Linear(k * lo.const, {s: k * c for s, c in lo.terms}))
     return None
+
+
+def _window_dims(op: str, d: list, attrs) -> Optional[list]:
+    """A Conv's or pool's output dims (rule 7): batch, channels (Conv: W's
+    first dim), and each spatial dim from its input's, the kernel, stride,
+    dilation and pads."""
+    x = d[0]
+    spatial = len(x) - 2
+    w = d[1] if op == "Conv" and len(d) > 1 else None
+    kernel = list(attrs["kernel_shape"].ints) if "kernel_shape" in attrs else (w[2:] if w else None)
+    if kernel is None or len(kernel) != spatial or not all(isinstance(k, int) for k in kernel):
+        return None
+    strides = list(attrs["strides"].ints) if "strides" in attrs else [1] * spatial
+    dilations = list(attrs["dilations"].ints) if "dilations" in attrs else [1] * spatial
+    pads = list(attrs["pads"].ints) if "pads" in attrs else [0] * (2 * spatial)
+    auto_pad = attrs["auto_pad"].s.decode() if "auto_pad" in attrs else "NOTSET"
+    ceil_mode = op != "Conv" and "ceil_mode" in attrs and attrs["ceil_mode"].i
+    if len(strides) != spatial or len(dilations) != spatial or len(pads) != 2 * spatial or ceil_mode:
+        return None
+    out = [x[0], (w[0] if w else None) if op == "Conv" else x[1]]
+    for i in range(spatial):
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(_ceil_div(x[2 + i], strides[i]))
+            continue
+        begin, end = (pads[i], pads[spatial + i]) if auto_pad == "NOTSET" else (0, 0)
+        out.append(_window_dim(x[2 + i], begin + end - dilations[i] * (kernel[i] - 1) - 1, strides[i]))
+    return out
+
+
+def _window_dim(size, offset: int, stride: int):
+    """floor((size + offset) / stride) + 1 for an int or a symbol: the
+    symbol itself or a Linear for stride 1, else a symbol named by that
+    formula, so that two windows of the same arithmetic on the same dim
+    (a ResNet block's strided 3x3 and its 1x1 shortcut) give the same dim."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        return (size + offset) // stride + 1 if size + offset >= 0 and stride > 0 else None
+    if not _is_symbol(size) or stride < 1:
+        return None
+    if stride == 1:
+        return _linear_sum(size, offset + 1)
+    if size.startswith("floor(") and size.endswith(")+1"):  # a name of this rule: fold its +1 in
+        size, offset = size[:-2], offset + 1
+    return f"floor(({size}{offset:+d})/{stride})+1" if offset else f"floor({size}/{stride})+1"
+
+
+def _ceil_div(size, stride: int):
+    if isinstance(size, int) and not isinstance(size, bool):
+        return -(-size // stride) if stride > 0 else None
+    if not _is_symbol(size) or stride < 1:
+        return None
+    return size if stride == 1 else f"ceil({size}/{stride})"
 
 
 def _concat_dims(inputs: list, axis: int) -> Optional[list]:

@@ -444,3 +444,83 @@ def test_split_of_refined_dims():
         a = ReduceSum <keepdims = 0> (h1)
     }""")
     assert shape_of(m, "h0") == [1, "S"] and shape_of(m, "h1") == [1, "S"]
+
+
+# ------------------------------------------------------------ Conv and pool windows (rule 7)
+
+WINDOWS = {
+    # name: (op and attributes, weight shape or None)
+    "conv7_s2_p3": ("Conv <strides = [2, 2], pads = [3, 3, 3, 3]>", [4, 3, 7, 7]),
+    "conv3_s1_p1": ("Conv <pads = [1, 1, 1, 1]>", [4, 3, 3, 3]),
+    "conv1_s2": ("Conv <strides = [2, 2]>", [4, 3, 1, 1]),
+    "conv3_s3_d2_asym": ("Conv <strides = [3, 1], dilations = [2, 1], pads = [0, 2, 1, 0]>", [4, 3, 3, 3]),
+    "conv_same_s2": ("Conv <auto_pad = \"SAME_UPPER\", strides = [2, 2]>", [4, 3, 3, 3]),
+    "conv_valid_s2": ("Conv <auto_pad = \"VALID\", strides = [2, 2]>", [4, 3, 3, 3]),
+    "maxpool3_s2_p1": ("MaxPool <kernel_shape = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]>", None),
+    "avgpool2_s2": ("AveragePool <kernel_shape = [2, 2], strides = [2, 2]>", None),
+}
+
+
+def _window_model(op: str, weight) -> onnx.ModelProto:
+    w = f", float{weight} w" if weight else ""
+    inputs = "(x, w)" if weight else "(x)"
+    proto = parse(f"g (float[N,3,H,W] x{w}) => (float[?,?,?,?] y) {{ t = {op} {inputs}  y = Relu (t) }}")
+    if weight:  # the weight as an initializer, so that it is a constant
+        proto.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(weight, np.float32), "w"))
+    return proto
+
+
+def _evaluate(name, env: dict) -> int:
+    """A dim name of rule 7 evaluated for the given input dims."""
+    import math
+
+    return name if isinstance(name, int) else eval(name, {"floor": math.floor, "ceil": math.ceil}, env)  # noqa: S307
+
+
+def test_window_dims_match_onnxruntime_for_every_size():
+    for key, (op, weight) in WINDOWS.items():
+        proto = _window_model(op, weight)
+        m, _ = run_pass("infer_shapes", proto)
+        dims = shape_of(m, "t")
+        assert dims[:2] == ["N", 4 if weight else 3], key
+        assert not any(unknown(d) for d in dims), (key, dims)
+        for h, w in ((7, 8), (9, 11), (16, 16), (23, 10)):
+            x = np.zeros((2, 3, h, w), np.float32)
+            (y,) = outputs(proto, {"x": x})
+            env = {"N": 2, "H": h, "W": w}
+            assert [_evaluate(d, env) for d in dims] == list(y.shape), (key, dims, h, w)
+
+
+def test_window_names_say_the_arithmetic_and_stride_1_keeps_the_dim():
+    m, _ = run_pass("infer_shapes", _window_model(*WINDOWS["conv7_s2_p3"]))
+    assert shape_of(m, "t")[2:] == ["floor((H-1)/2)+1", "floor((W-1)/2)+1"]
+    m, _ = run_pass("infer_shapes", _window_model(*WINDOWS["conv3_s1_p1"]))
+    assert shape_of(m, "t")[2:] == ["H", "W"]
+    m, _ = run_pass("infer_shapes", _window_model(*WINDOWS["conv_same_s2"]))
+    assert shape_of(m, "t")[2:] == ["ceil(H/2)", "ceil(W/2)"]
+
+
+def test_a_resnet_shortcut_has_its_main_paths_dims():
+    proto = parse("""g (float[N,4,H,W] x) => (float[?,?,?,?] y) {
+        a = Conv <strides = [2, 2], pads = [1, 1, 1, 1]> (x, w3)
+        b = Conv (a, w1)
+        c = Conv <strides = [2, 2]> (x, w1)
+        s = Add (b, c)
+        p = MaxPool <kernel_shape = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]> (s)
+        y = Relu (p)
+    }""")
+    proto.graph.initializer.extend([onnx.numpy_helper.from_array(np.ones([4, 4, 3, 3], np.float32), "w3"),
+                                    onnx.numpy_helper.from_array(np.ones([4, 4, 1, 1], np.float32), "w1")])
+    m, _ = run_pass("infer_shapes", proto)
+    assert shape_of(m, "b") == shape_of(m, "c") == shape_of(m, "s") == ["N", 4, "floor((H-1)/2)+1", "floor((W-1)/2)+1"]
+    assert shape_of(m, "p")[2:] == ["floor(floor((H-1)/2)/2)+1", "floor(floor((W-1)/2)/2)+1"]
+
+
+def test_ceil_mode_and_unknown_kernels_stay_unknown():
+    m, _ = run_pass("infer_shapes", _window_model("MaxPool <kernel_shape = [3, 3], strides = [2, 2], ceil_mode = 1>",
+                                                  None))
+    assert all(unknown(d) for d in shape_of(m, "t")[2:])
+    m, _ = run_pass("infer_shapes", "g (float[N,3,H,W] x, float[4,3,K,K] w) => (float[?,?,?,?] y) {"
+                                    "t = Conv <strides = [2, 2]> (x, w)  y = Relu (t) }")
+    shape = shape_of(m, "t")  # a weight of unknown size: no kernel, no spatial dims
+    assert shape is None or all(unknown(d) for d in shape[2:])

@@ -8,7 +8,7 @@ import pytest
 
 import pyonnxopt
 from fusion_helpers import assert_same_outputs, near_misses, rng_weights, run_rule, with_weights
-from helpers import ops, structure
+from helpers import ops, outputs, structure
 
 RULE = "fuse_conv_activation"
 IO = "g (float[1,3,8,8] x) => (float[1,4,8,8] y)"
@@ -169,29 +169,38 @@ def test_conv_output_read_elsewhere_or_target_onnx_is_left():
     assert not r.modified and ops(m) == ["Conv", "Relu"]
 
 
-def test_resnet_block_through_the_pipeline_with_the_check():
+@pytest.mark.parametrize("stride", [1, 2])
+def test_resnet_block_of_any_image_size_through_the_pipeline_with_the_check(stride):
+    # With a dynamic height and width the residual's dims are those of
+    # infer_shapes' window names (floor((H-1)/2)+1 on both paths).
     torch = pytest.importorskip("torch")
     import io
 
     import onnx
 
-    class Block(torch.nn.Module):
+    nn = torch.nn
+
+    class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.a = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
-                                         torch.nn.ReLU())
-            self.b = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8))
+            self.a = nn.Sequential(nn.Conv2d(8, 8, 3, stride, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+            self.b = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8))
+            self.shortcut = nn.Conv2d(8, 8, 1, stride) if stride > 1 else nn.Identity()
 
         def forward(self, x):
-            return torch.relu(self.b(self.a(x)) + x)
+            return torch.relu(self.b(self.a(x)) + self.shortcut(x))
 
     torch.manual_seed(0)
     buf = io.BytesIO()
-    torch.onnx.export(Block().eval(), torch.randn(2, 8, 6, 6), buf, dynamo=False, opset_version=17,
-                      input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+    torch.onnx.export(Block().eval(), torch.randn(2, 8, 7, 9), buf, dynamo=False, opset_version=17,
+                      input_names=["x"], dynamic_axes={"x": {0: "batch", 2: "height", 3: "width"}})
     proto = onnx.load_from_string(buf.getvalue())
     model, report = pyonnxopt.optimize(proto, target="ort", check_outputs=True)
-    assert [n.op_type for n in model.nodes()] == ["FusedConv", "FusedConv"]
+    want = ["FusedConv", "FusedConv"] if stride == 1 else ["FusedConv", "Conv", "FusedConv"]
+    assert [n.op_type for n in model.nodes()] == want
     assert report["check"]["first_mismatch"] is None and report["check"]["max_abs_diff"] < 1e-5
     default, _ = pyonnxopt.optimize(proto)
-    assert [n.op_type for n in default.nodes()] == ["Conv", "Relu", "Conv", "Add", "Relu"]
+    assert [n.op_type for n in default.nodes()].count("Relu") == 2
+    for h, w in ((7, 9), (12, 5)):  # other sizes than the export's
+        x = np.random.default_rng(h).standard_normal((1, 8, h, w)).astype(np.float32)
+        np.testing.assert_allclose(outputs(model, {"x": x})[0], outputs(proto, {"x": x})[0], rtol=1e-4, atol=1e-4)
