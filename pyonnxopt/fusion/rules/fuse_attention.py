@@ -282,8 +282,8 @@ class FuseAttention(Rule):
 def _unpacked(m: Match, edit: Edit) -> list:
     """q, k, v as [B, S, E]: the packed projection split along its last axis
     ([.., 3, H, D] there: each E = H*D block in turn)."""
-    e = _split(m, "q")[2] * _split(m, "q")[3]
-    sizes = np.array([e] * 3, np.int64)
+    _, _, h, d = _split(m, "q")
+    sizes = np.array([h * d] * 3, np.int64)
     split = ([m["qkv3"], edit.constant(sizes, "qkv_sizes")], {"axis": 2}) if m.opset >= 13 else \
         ([m["qkv3"]], {"axis": 2, "split": sizes.tolist()})
     parts = edit.node("Split", split[0], split[1], outputs=3, hint=f"{m['qkv3'].name}_split")
