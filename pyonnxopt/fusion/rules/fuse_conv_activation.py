@@ -11,7 +11,7 @@ bounds), the activations onnxruntime 1.32's FusedConv takes; their
 parameters go to `activation_params`. onnxruntime's own optimizer makes the
 first form at its default level; the second (a ResNet block's Add + Relu)
 it does not make on CPU. Worth it where onnxruntime's optimizations are off:
-ResNet-50 with both forms runs 0.955x the time of the same graph without
+ResNet-50 with both forms runs 0.965x the time of the same graph without
 them at ORT_DISABLE_ALL (one thread), unchanged at its default level.
 
 Refuses when:
