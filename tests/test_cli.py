@@ -92,6 +92,7 @@ def test_python_dash_m(cnn_path):
     (["--input-shape", "nope:1,3,8,8"], "--input-shape: the model has no input 'nope'"),
     (["--fold-size-limit", "lots"], "--fold-size-limit 'lots': expected a size"),
     (["--skip", "no_such_pass"], "unknown pass 'no_such_pass'"),
+    (["--skip", "fuse_gelu,no_such_pass"], "unknown pass 'no_such_pass'"),
     (["--batch", "0"], "--batch 0: must be at least 1"),
     (["--check-inputs", "missing.npz"], "--check-inputs missing.npz: cannot read it"),
 ])
@@ -123,6 +124,15 @@ def test_optimize_flags_reach_the_report(cnn_path, tmp_path, capsys):
     np.savez(inputs, other=x)
     assert main(["optimize", str(cnn_path), str(tmp_path / "o.onnx"), "--check-inputs", str(inputs)]) == 2
     assert "check inputs: the model has no input 'other'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("skip", [["--skip", "fold_constants,eliminate_identity"],
+                                  ["--skip", "fold_constants", "--skip", "eliminate_identity"]])
+def test_skip_takes_a_list_or_repeats(cnn_path, tmp_path, skip):
+    report = tmp_path / "r.json"
+    assert main(["optimize", str(cnn_path), str(tmp_path / "o.onnx"), "--no-check", "--report", str(report), *skip]) == 0
+    ran = {p["name"] for p in json.loads(report.read_text())["passes"]}
+    assert ran and not ran & {"fold_constants", "eliminate_identity"}
 
 
 def test_commands_import_only_what_they_use(cnn_path, tmp_path):

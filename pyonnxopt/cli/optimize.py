@@ -14,7 +14,7 @@ def add_parser(sub):
     p.add_argument("input", help="ONNX file to optimize (never modified)")
     p.add_argument("output", help="where to write the optimized model (may equal the input)")
     p.add_argument("--passes", help="comma-separated passes to run, in order (default: all; see `pyonnxopt passes`)")
-    p.add_argument("--skip", action="append", default=[], metavar="PASS", help="a pass not to run (repeatable)")
+    p.add_argument("--skip", action="append", default=[], metavar="PASS", help="passes not to run (comma-separated, or the flag repeated)")
     p.add_argument("--exclude-node", action="append", default=[], metavar="NAME",
                    help="a node name (or glob) no pass may change or remove (repeatable)")
     p.add_argument("--prune-outputs", action="append", default=[], metavar="NAME",
@@ -74,19 +74,24 @@ def load_inputs(path: str) -> dict:
         raise Error(f"--check-inputs {path}: cannot read it as .npz ({e})") from None
 
 
-def pass_names(passes, skip: list):
-    """--passes (comma-separated, or None: all) as a list, after checking it
-    and --skip name passes that exist (Error naming the flag otherwise)."""
+def pass_names(passes, skip: list) -> tuple:
+    """(--passes as a list, or None: all; --skip as a list), each flag
+    comma-separated (--skip also repeatable), after checking that they name
+    passes that exist (Error naming the flag otherwise)."""
     from pyonnxopt.errors import Error
     from pyonnxopt.passes import get
 
-    names = [n.strip() for n in passes.split(",") if n.strip()] if passes else None
-    for name in [*(names or []), *skip]:
+    def split(text):
+        return [n.strip() for n in text.split(",") if n.strip()]
+
+    names = split(passes) if passes else None
+    skipped = [n for text in skip for n in split(text)]
+    for name in [*(names or []), *skipped]:
         try:
             get(name)
         except KeyError as e:
             raise Error(f"--passes/--skip: {e.args[0]}") from None
-    return names
+    return names, skipped
 
 
 def run(args) -> int:
@@ -94,13 +99,13 @@ def run(args) -> int:
     from pyonnxopt.optimize import optimize
     from pyonnxopt.shapes import parse_input_shape
 
-    names = pass_names(args.passes, args.skip)
+    names, skip = pass_names(args.passes, args.skip)
     if not os.path.exists(args.input):
         raise Error(f"{args.input}: no such file")
     if args.verify_each_pass and args.no_check:
         raise Error("--verify-each-pass checks the result; it cannot go with --no-check")
     input_shapes = dict(parse_input_shape(spec) for spec in args.input_shape)
-    options = dict(passes=names, skip=args.skip, check_outputs=not args.no_check, force=args.force, seed=args.seed,
+    options = dict(passes=names, skip=skip, check_outputs=not args.no_check, force=args.force, seed=args.seed,
                    exclude_nodes=args.exclude_node, prune_outputs=args.prune_outputs,
                    fold_size_limit=parse_size(args.fold_size_limit, "--fold-size-limit"), allow_lossy=args.allow_lossy,
                    remove_training_residue=args.remove_training_residue, input_shapes=input_shapes, batch=args.batch,

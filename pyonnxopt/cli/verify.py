@@ -50,7 +50,7 @@ def add_parser(sub):
     p.add_argument("--rollback-output", metavar="FILE",
                    help="with --bisect: write the optimized model with that one rewrite rolled back")
     p.add_argument("--passes", help="with --bisect: the passes optimize ran (comma-separated; default: all)")
-    p.add_argument("--skip", action="append", default=[], metavar="PASS", help="with --bisect: a pass optimize skipped")
+    p.add_argument("--skip", action="append", default=[], metavar="PASS", help="with --bisect: passes optimize skipped (comma-separated, or repeated)")
     p.add_argument("--target", choices=["onnx", "ort"], default="onnx", help="with --bisect: optimize's --target")
     p.add_argument("--opset", type=int, metavar="N", help="with --bisect: optimize's --opset")
     p.set_defaults(run=run)

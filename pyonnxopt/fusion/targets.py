@@ -36,18 +36,15 @@ RUNS_ON_CPU = {
     (MS_DOMAIN, "BiasGelu"): {_F32, _F16},
     (MS_DOMAIN, "QuickGelu"): {_F32, _F16, _F64},
     (MS_DOMAIN, "MultiHeadAttention"): {_F32, _F16},
-    (MS_DOMAIN, "SkipLayerNormalization"): {_F32, _F16},
     (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): {_F32, _F16},
 }
 
-# onnxruntime 1.32's CPU SkipLayerNormalization runs about 3x slower than
-# Add + LayerNormalization (128x256 float32, one thread; its
-# SkipSimplifiedLayerNormalization is faster than the ops it replaces).
-# onnxruntime's own optimizer makes it anyway from an Add whose only reader
-# is the norm (post-norm blocks), so emitting it there costs nothing at its
-# default level; where the sum has other readers (pre-norm blocks) it keeps
-# Add + LayerNormalization, and so do we.
-SLOW_WITH_SHARED_SUM = {"SkipLayerNormalization"}
+# Never emitted: com.microsoft SkipLayerNormalization. onnxruntime 1.32's
+# CPU kernel takes 3.7x-4.7x the time of Add + LayerNormalization, and
+# 1.9x-2.5x that of the ten-op decomposition below opset 17 (python
+# bench/fused_ops.py: [1, 128, 768] float32, one thread, ORT_DISABLE_ALL).
+# At its default level onnxruntime makes the op itself from a post-norm Add
+# + LayerNormalization, so leaving the two ops costs nothing there.
 
 # onnxruntime 1.32's CPU com.microsoft MultiHeadAttention takes 1.1x-1.25x
 # the time of the opset-23 Attention on the same [1, 128, 768] tensors (12
@@ -86,16 +83,6 @@ def fits_skip_contract(inp: Optional[list], skip: Optional[list], total: Optiona
     if len(inp) == 3 and (len(skip) == 2 or (len(skip) == 3 and skip[0] == 1)):
         return all(same_dim(s, i) for s, i in zip(skip[-2:], inp[1:]))
     return False
-
-
-def shared_sum_reason(op: str, residual, inside: set) -> Optional[str]:
-    """None unless `residual`'s sum has readers outside the match (or is a
-    graph output) and returning it from `op` would be slower on CPU."""
-    shared = residual.outputs[0].is_graph_output or any(n not in inside for n, _ in residual.outputs[0].uses)
-    if shared and op in SLOW_WITH_SHARED_SUM:
-        return (f"the residual sum is read elsewhere: onnxruntime's CPU {op} is slower than Add + "
-                "LayerNormalization, which onnxruntime keeps here")
-    return None
 
 
 def import_ms_domain(model) -> None:

@@ -381,15 +381,14 @@ def render_bisect(result: dict, console) -> None:
 
 def bisect_cli(args) -> dict:
     """`verify ORIGINAL OPTIMIZED --bisect`: reads args.original and, where
-    the parser has them, args.passes (comma-separated), args.skip (list),
+    the parser has them, args.passes (comma-separated), args.skip (a list of comma-separated names),
     args.target, args.opset, args.seed, args.inputs / args.check_inputs (.npz, or what
     pyonnxopt.verify.inputs.load_samples reads: the first sample is used)
     and args.rollback_output. Returns the bisection's result."""
     from pyonnxopt.cli.optimize import pass_names
     from pyonnxopt.cli.render import console
 
-    skip = list(getattr(args, "skip", None) or [])
-    names = pass_names(getattr(args, "passes", None), skip)
+    names, skip = pass_names(getattr(args, "passes", None), list(getattr(args, "skip", None) or []))
     original = args.original
     if not os.path.exists(original):
         raise Error(f"{original}: no such file")

@@ -2,12 +2,11 @@
 QuickGelu. Numbers: onnxruntime's kernel against Sigmoid + Mul, rtol 1e-5,
 atol 1e-6 (float32)."""
 
-import numpy as np
 import pytest
 
 import pyonnxopt
 from transformer_helpers import assert_same_outputs, fuse
-from helpers import ops, parse
+from helpers import ops
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 RULE = "fuse_quick_gelu"

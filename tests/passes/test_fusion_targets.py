@@ -24,7 +24,6 @@ CASES = {
     "BiasGelu": ([[2, 3, 8], [8]], {}),
     "QuickGelu": ([[2, 3, 8]], {}),
     "MultiHeadAttention": ([[2, 5, 32]] * 3, {"num_heads": 4}),
-    "SkipLayerNormalization": ([[2, 3, 8], [2, 3, 8], [8], [8]], {}),
     "SkipSimplifiedLayerNormalization": ([[2, 3, 8], [2, 3, 8], [8]], {}),
 }
 

@@ -1,7 +1,6 @@
 """simplify_algebra: structure, numbers in onnxruntime, refusals, idempotence."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

@@ -15,7 +15,6 @@ from pyonnxopt.fusion.rules.fuse_matmul_add_into_gemm import FuseMatmulAddIntoGe
 from pyonnxopt.fusion.rules.fuse_pad_into_conv import FusePadIntoConv
 from pyonnxopt.fusion.rules.fuse_quick_gelu import FuseQuickGelu
 from pyonnxopt.fusion.rules.fuse_rms_normalization import FuseRmsNormalization
-from pyonnxopt.fusion.rules.fuse_skip_layer_normalization import FuseSkipLayerNormalization
 
 BUILTIN_RULES: list = [
     # Conv/Gemm/Pad folding (wt-convs): padding first, then BatchNormalization,
@@ -30,7 +29,6 @@ BUILTIN_RULES: list = [
     # Transformer blocks (wt-nlp): the norms first, then Gelu (with --target
     # ort: its bias, and the sigmoid gates), then Attention.
     FuseLayerNormalization(),
-    FuseSkipLayerNormalization(),
     FuseRmsNormalization(),
     FuseGelu(),
     FuseBiasGelu(),

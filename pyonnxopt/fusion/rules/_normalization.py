@@ -10,8 +10,6 @@ import numpy as np
 
 from pyonnxopt.fusion import Const, Op
 from pyonnxopt.fusion.rule import Edit, Match
-from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, fits_skip_contract, shared_sum_reason
-from pyonnxopt.fusion.values import dims
 
 
 def reduce_mean(x, name: str, opset: int) -> Op:
@@ -116,70 +114,3 @@ def check_affine(m: Match, k: int, *names: str) -> Optional[str]:
         if any(r not in (1, d) for r, d in zip(reversed(rest), reversed(dims))):
             return f"'{m[name].name}' with shape {shape} does not broadcast to {dims}"
     return None
-
-
-def emit_skip_norm(m: Match, edit: Edit, op: str, inputs: list, eps: float, residual, norm_output) -> None:
-    """An onnxruntime Skip*LayerNormalization in place of `residual` (the Add
-    of input and skip) and the normalization ending in `norm_output`; the
-    sum is its fourth output when something else reads it."""
-    from pyonnxopt.fusion.targets import MS_DOMAIN, import_ms_domain
-
-    total = residual.outputs[0]
-    inside = set(m.nodes)
-    read_elsewhere = total.is_graph_output or any(n not in inside for n, _ in total.uses)
-    while inputs[-1] is None:
-        inputs = inputs[:-1]
-    import_ms_domain(m.model)
-    outs = edit.node(op, inputs, {"epsilon": float(eps)}, domain=MS_DOMAIN, outputs=4 if read_elsewhere else 1,
-                     omitted=(1, 2), before=residual)
-    edit.replace_value(norm_output, outs[0])
-    if read_elsewhere:
-        edit.replace_value(total, outs[3])
-
-
-def residual(opset: int, since: int):
-    """The x of a norm pattern: a plain value, or (forms only --target ort
-    uses, below the opset that has the standard op) a residual Add(a, b)
-    that something else may read too. Both are named "x"."""
-    from pyonnxopt.fusion import Var
-
-    forms = [Var("x")]
-    if opset < since:
-        forms.insert(0, Op("Add", Var("a"), Var("b"), name="x", commutative=True, exclusive=False))
-    return forms
-
-
-def skip_order(m: Match) -> Optional[tuple]:
-    """(input, skip) as bound names when the residual Add's operands fit
-    onnxruntime's Skip*LayerNormalization contract, else None."""
-
-    total = dims(m["x"].outputs[0])
-    for inp, skip in (("a", "b"), ("b", "a")):
-        if total and isinstance(total[-1], int) and fits_skip_contract(dims(m[inp]), dims(m[skip]), total):
-            return inp, skip
-    return None
-
-
-def check_skip(m: Match, op: str, k: int, names: tuple) -> Optional[str]:
-    """None when the residual form can become com.microsoft `op`: one
-    normalized (last) axis, operands that fit, [H] weights, a CPU kernel."""
-
-    total = dims(m["x"].outputs[0])
-    if k != 1 or skip_order(m) is None:
-        return (f"the residual Add's shapes {dims(m['a'])} + {dims(m['b'])} over {k} axes do not provably fit "
-                f"{op}")
-    for name in names:
-        if name in m and list(m.array(name).shape) != [total[-1]]:
-            return f"'{m[name].name}' has shape {list(m.array(name).shape)}, needs [{total[-1]}]"
-    return shared_sum_reason(op, m["x"], set(m.nodes)) or dtype_reason(MS_DOMAIN, op, m.dtype("x") or m.dtype("eps"))
-
-
-def skip_weight(m: Match, edit: Edit, name: str, fill: Optional[float]):
-    """The [H] weight of a Skip*LayerNormalization: the matched constant, or
-    `fill` (None: omitted) when the pattern had none."""
-
-    if name in m:
-        return m[name]
-    if fill is None:
-        return None
-    return edit.constant(np.full([dims(m["x"].outputs[0])[-1]], fill, _np_dtype(m)), f"{m.root.name or 'norm'}_{name}")

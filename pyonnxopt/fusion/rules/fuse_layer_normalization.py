@@ -6,17 +6,13 @@
     y    = Add(Mul(n, scale), bias)     (scale and bias each optional)
 ->  y = LayerNormalization(x, scale, bias, axis=-len(axes), epsilon=eps)
 
-Both targets: opset 17 and later (--target ort then fuses a residual Add
-into it: fuse_skip_layer_normalization). onnxruntime also runs a
-default-domain LayerNormalization below 17, but onnx.checker rejects it, so
-we do not emit it; --target ort below 17 fuses the norm only when x is a
-residual Add(input, skip) that nothing else reads: com.microsoft
-SkipLayerNormalization (see targets.SLOW_WITH_SHARED_SUM for why not when
-the sum is read elsewhere).
+Both targets: opset 17 and later. onnxruntime also runs a default-domain
+LayerNormalization below 17, but onnx.checker rejects it, so we do not emit
+it; nor com.microsoft SkipLayerNormalization, with or without a residual
+Add, for --target ort (slower than what it replaces: targets.py).
 
 Refuses when:
- 1. the opset is below 17 (--target ort: and x is not a residual Add, read
-    only here, whose operands fit onnxruntime's contract, over the last axis alone);
+ 1. the opset is below 17;
  2. the two ReduceMeans reduce different axes, or not the trailing ones
     (or axes that need x's rank, unknown);
  3. eps is not a scalar float constant; the Pow exponent is not 2;
@@ -31,14 +27,11 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
-from pyonnxopt.fusion import Const, Op, Rule
+from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
-from pyonnxopt.fusion.rules._normalization import (affine_input, check_affine, check_skip, emit_skip_norm, epsilon,
-                                                  reduce_mean, residual, skip_order, skip_weight, trailing_axes)
-from pyonnxopt.fusion.targets import SINCE, dtype_reason, opset_reason
+from pyonnxopt.fusion.rules._normalization import affine_input, check_affine, epsilon, reduce_mean, trailing_axes
+from pyonnxopt.fusion.targets import dtype_reason, opset_reason
 from pyonnxopt.fusion.values import constant_reason
-
-SKIP_OP = "SkipLayerNormalization"
 
 
 def _layer_norm(opset: int, x, square_by_pow: bool, div: bool, scale: bool, bias: bool) -> Op:
@@ -59,23 +52,18 @@ def _layer_norm(opset: int, x, square_by_pow: bool, div: bool, scale: bool, bias
 
 class FuseLayerNormalization(Rule):
     name = "fuse_layer_normalization"
-    description = ("ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div [* scale + bias] -> LayerNormalization (opset 17); "
-                   "below 17 with a residual Add, com.microsoft SkipLayerNormalization (--target ort)")
+    description = "ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div [* scale + bias] -> LayerNormalization (opset 17)"
 
     def pattern(self, opset: int) -> list:
-        # Largest first: a residual Add (--target ort below 17), scale and bias
-        # join the fused op whenever they can.
+        # Largest first: scale and bias join the fused op whenever they can.
         tails = [(True, True), (True, False), (False, True), (False, False)]
-        return [_layer_norm(opset, x, by_pow, div, scale, bias)
-                for x, (scale, bias), by_pow, div in itertools.product(
-                    residual(opset, SINCE["LayerNormalization"]), tails, (True, False), (True, False))]
+        return [_layer_norm(opset, Var("x"), by_pow, div, scale, bias)
+                for (scale, bias), by_pow, div in itertools.product(tails, (True, False), (True, False))]
 
     def check(self, m: Match) -> Optional[str]:
-        skip = m.options.target == "ort" and "a" in m
-        if not skip:
-            why = opset_reason("LayerNormalization", m.opset)
-            if why:
-                return why
+        why = opset_reason("LayerNormalization", m.opset)
+        if why:
+            return why
         shape = m.shape("x")
         k = trailing_axes(m, None if shape is None else len(shape), "mean", "variance")
         if isinstance(k, str):
@@ -87,17 +75,10 @@ class FuseLayerNormalization(Rule):
             why = constant_reason(f"the exponent '{m['two'].name}'", m.array("two"), 2.0, 0)
             if why:
                 return why
-        if skip:
-            return check_skip(m, SKIP_OP, k, ("scale", "bias"))
         return check_affine(m, k, "scale", "bias") or dtype_reason("", "LayerNormalization",
                                                                     m.dtype("x") or m.dtype("eps"))
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        if "a" in m:
-            inp, skip = skip_order(m)
-            inputs = [m[inp], m[skip], skip_weight(m, edit, "scale", 1.0), skip_weight(m, edit, "bias", None)]
-            emit_skip_norm(m, edit, SKIP_OP, inputs, epsilon(m), m["x"], m.root.outputs[0])
-            return None
         shape = m.shape("x")
         k = trailing_axes(m, None if shape is None else len(shape), "mean", "variance")
         inputs = [m["x"], affine_input(m, edit, "scale", k, 1.0)]

@@ -28,12 +28,11 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
-from pyonnxopt.fusion import Const, Op, Rule
+from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
-from pyonnxopt.fusion.rules._normalization import (affine_input, check_affine, check_skip, emit_skip_norm, epsilon,
-                                                  reduce_mean, residual, skip_order, skip_weight, trailing_axes)
-from pyonnxopt.fusion.targets import SINCE, dtype_reason, opset_reason
-from pyonnxopt.fusion.values import constant_reason
+from pyonnxopt.fusion.rules._normalization import affine_input, check_affine, epsilon, reduce_mean, trailing_axes
+from pyonnxopt.fusion.targets import MS_DOMAIN, SINCE, dtype_reason, fits_skip_contract, import_ms_domain, opset_reason
+from pyonnxopt.fusion.values import constant_reason, dims
 
 SKIP_OP = "SkipSimplifiedLayerNormalization"
 
@@ -62,7 +61,7 @@ class FuseRmsNormalization(Rule):
         # Residual forms (only --target ort below 23 uses them) first: they fuse
         # one node more; the scaled forms before the bare ones.
         return [_rms_norm(opset, x, by_pow, inverse, scale) for x, scale, by_pow, inverse in itertools.product(
-            residual(opset, SINCE["RMSNormalization"]), (True, False), (True, False), ("reciprocal", "one_over", "div"))]
+            _residual(opset), (True, False), (True, False), ("reciprocal", "one_over", "div"))]
 
     def check(self, m: Match) -> Optional[str]:
         skip = m.options.target == "ort" and m.opset < SINCE["RMSNormalization"]
@@ -84,18 +83,62 @@ class FuseRmsNormalization(Rule):
             if "a" not in m:
                 return (f"RMSNormalization needs opset 23; the model imports {m.opset} (onnxruntime's "
                         "SimplifiedLayerNormalization is in the ONNX domain, which onnx.checker rejects)")
-            return check_skip(m, SKIP_OP, k, ("scale",))
+            return _check_skip(m, k)
         return (opset_reason("RMSNormalization", m.opset) or check_affine(m, k, "scale")
                 or dtype_reason("", "RMSNormalization", m.dtype("x") or m.dtype("eps")))
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         if "a" in m:
-            inp, skip = skip_order(m)
-            inputs = [m[inp], m[skip], skip_weight(m, edit, "scale", 1.0)]
-            emit_skip_norm(m, edit, SKIP_OP, inputs, epsilon(m), m["x"], m.root.outputs[0])
+            _emit_skip_norm(m, edit)
             return None
         shape = m.shape("x")
         k = trailing_axes(m, None if shape is None else len(shape), "mean_square")
         scale = affine_input(m, edit, "scale", k, 1.0)
         edit.replace_root("RMSNormalization", [m["x"], scale], {"axis": -k, "epsilon": epsilon(m)})
         return None
+
+
+def _residual(opset: int) -> list:
+    """The x of the pattern: a plain value, or (a form only --target ort
+    uses, below opset 23) a residual Add(a, b) that something else may read
+    too. Both are named "x"."""
+    forms = [Var("x")]
+    if opset < SINCE["RMSNormalization"]:
+        forms.insert(0, Op("Add", Var("a"), Var("b"), name="x", commutative=True, exclusive=False))
+    return forms
+
+
+def _skip_order(m: Match) -> Optional[tuple]:
+    """(input, skip) as bound names when the residual Add's operands fit
+    onnxruntime's contract, else None."""
+    total = dims(m["x"].outputs[0])
+    for inp, skip in (("a", "b"), ("b", "a")):
+        if total and isinstance(total[-1], int) and fits_skip_contract(dims(m[inp]), dims(m[skip]), total):
+            return inp, skip
+    return None
+
+
+def _check_skip(m: Match, k: int) -> Optional[str]:
+    """None when the residual form can become SKIP_OP: one normalized (last)
+    axis, operands that fit, an [H] scale, a CPU kernel."""
+    total = dims(m["x"].outputs[0])
+    if k != 1 or _skip_order(m) is None:
+        return f"the residual Add's shapes {dims(m['a'])} + {dims(m['b'])} over {k} axes do not provably fit {SKIP_OP}"
+    if "scale" in m and list(m.array("scale").shape) != [total[-1]]:
+        return f"'{m['scale'].name}' has shape {list(m.array('scale').shape)}, needs [{total[-1]}]"
+    return dtype_reason(MS_DOMAIN, SKIP_OP, m.dtype("x") or m.dtype("eps"))
+
+
+def _emit_skip_norm(m: Match, edit: Edit) -> None:
+    """SKIP_OP in place of the residual Add and the norm; the sum is its
+    fourth output when something else reads it (pre-norm blocks)."""
+    total = m["x"].outputs[0]
+    inside = set(m.nodes)
+    read_elsewhere = total.is_graph_output or any(n not in inside for n, _ in total.uses)
+    inp, skip = _skip_order(m)
+    import_ms_domain(m.model)
+    outs = edit.node(SKIP_OP, [m[inp], m[skip], affine_input(m, edit, "scale", 1, 1.0)], {"epsilon": epsilon(m)},
+                     domain=MS_DOMAIN, outputs=4 if read_elsewhere else 1, omitted=(1, 2), before=m["x"])
+    edit.replace_value(m.root.outputs[0], outs[0])
+    if read_elsewhere:
+        edit.replace_value(total, outs[3])
