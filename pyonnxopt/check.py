@@ -169,7 +169,8 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
     input dims fixed during optimization); `inputs` (name -> array) replaces
     any of them. `required_outputs` must all still be there. Floats match
     within rtol, and atol scaled up to 1e-6 of the output's largest value (so
-    a large output's rounding in a fused kernel is not a mismatch)."""
+    a large output's rounding in a fused kernel is not a mismatch); for
+    float16 and bfloat16 see _float_tolerance."""
     # The two sessions load at once (onnxruntime releases the GIL): a check
     # costs one model load of wall time, not two.
     with ThreadPoolExecutor(2) as pool:
@@ -201,8 +202,22 @@ def _compare_outputs(names, want, got, rtol, atol, where) -> CheckResult:
                 diff = float(np.max(np.abs(x - y), initial=0.0, where=finite))
                 scale = float(np.max(np.abs(x), initial=0.0, where=finite))
             worst = max(worst, diff)
-            if not np.allclose(x, y, rtol=rtol, atol=max(atol, 1e-6 * scale), equal_nan=True):
+            rtol_x, atol_x = _float_tolerance(x.dtype, rtol, atol, scale)
+            if not np.allclose(x, y, rtol=rtol_x, atol=atol_x, equal_nan=True):
                 return CheckResult(len(names), worst, f"{name}: max abs diff {diff:.3g} ({where})")
         elif not np.array_equal(x, y):
             return CheckResult(len(names), worst, f"{name}: values differ ({where})")
     return CheckResult(len(names), worst)
+
+
+def _float_tolerance(dtype, rtol: float, atol: float, scale: float) -> tuple:
+    """(rtol, atol) for an output of `dtype` whose largest value is `scale`.
+    A rewrite may round differently (a folded constant, a fused kernel), and
+    in float16 (eps 9.8e-4) or bfloat16 (7.8e-3) one rounding step is larger
+    than float32's rtol: these compare within 8 steps relative and one step
+    of the largest value absolute. float32 and float64 keep rtol, atol."""
+    if np.dtype(dtype).name == "bfloat16":  # ml_dtypes' type, which np.finfo does not describe
+        eps = 2.0**-7
+    else:
+        eps = float(np.finfo(dtype).eps)
+    return max(rtol, 8 * eps), max(atol, max(1e-6, eps) * scale)

@@ -1,0 +1,53 @@
+"""The optimize check's float tolerance: float32 as documented, float16 and
+bfloat16 within a few of their own rounding steps."""
+
+import io
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+
+import pyonnxopt
+from pyonnxopt.check import _compare_outputs
+
+
+def _mismatch(want, got):
+    return _compare_outputs(["y"], [want], [got], 1e-4, 1e-5, "seed 0").first_mismatch
+
+
+def test_float16_within_a_few_rounding_steps_matches():
+    x = np.linspace(-4, 4, 101).astype(np.float16)
+    two_steps = (x + 2 * np.spacing(x)).astype(np.float16)
+    assert _mismatch(x, two_steps) is None
+    assert _mismatch(x, (x * np.float16(1.02)).astype(np.float16)) == "y: max abs diff 0.0781 (seed 0)"
+
+
+def test_float32_keeps_its_tolerance():
+    x = np.linspace(-4, 4, 101).astype(np.float32)
+    assert _mismatch(x, x * np.float32(1 + 5e-5)) is None
+    assert _mismatch(x, x * np.float32(1 + 1e-3)) is not None
+
+
+def test_a_float16_transformer_block_is_written():
+    # Bypassing Identity(out_proj.bias) feeds LayerNormalization an
+    # initializer instead of a computed value, and onnxruntime's float16
+    # kernel then rounds one step differently (0.002 at |y| ~ 3).
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    class Block(torch.nn.Module):  # exported whole, TransformerEncoderLayer's is_causal would become a tensor
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+
+        def forward(self, x):
+            return self.layer(x)
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Block().eval().half(), (torch.randn(2, 5, 32).half(),), buf, opset_version=17, dynamo=False)
+    proto = onnx.load_from_string(buf.getvalue())
+    inputs = {proto.graph.input[0].name: np.random.default_rng(0).standard_normal((2, 5, 32)).astype(np.float16)}
+    model, report = pyonnxopt.optimize(proto, check_inputs=inputs)
+    assert report["check"]["first_mismatch"] is None and len(model.graph.nodes) < len(proto.graph.node)
