@@ -210,5 +210,51 @@ def fix_input_shapes(model: Model, shapes: Mapping[str, Sequence] = (), batch: O
         for g in model.graphs():
             if not g.is_function_body:
                 g.clear_value_info()
+        # Outputs are inferred afresh too: onnx keeps a declared shape that
+        # contradicts the inferred one (exporters bake in an example's
+        # sizes), and the written model would then fail onnx.checker.
+        declared = {v.name: v.type_proto for v in model.graph.outputs if not v.is_graph_input}
+        for v in model.graph.outputs:
+            if v.name in declared:
+                model.graph.set_value_type(v, _without_shape(declared[v.name]))
         infer(model, update_outputs=True)
+        for v in model.graph.outputs:
+            if v.name in declared:
+                model.graph.set_value_type(v, _with_declared_dims(v.name, v.type_proto, declared[v.name]))
     return changed
+
+
+def _without_shape(raw: Optional[bytes]) -> bytes:
+    import onnx
+
+    tp = onnx.TypeProto.FromString(raw or b"")
+    if tp.HasField("tensor_type"):
+        tp.tensor_type.ClearField("shape")
+    return tp.SerializeToString()
+
+
+def _with_declared_dims(name: str, raw: Optional[bytes], declared_raw: Optional[bytes]) -> bytes:
+    """The inferred output type, with the declared dims where inference
+    found none (a size or a named symbol it could not derive). A declared
+    size that inference contradicts is dropped, with a warning."""
+    import onnx
+
+    tp, declared = onnx.TypeProto.FromString(raw or b""), onnx.TypeProto.FromString(declared_raw or b"")
+    if not declared.HasField("tensor_type") or not declared.tensor_type.HasField("shape"):
+        return tp.SerializeToString()
+    if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+        return declared_raw
+    dims, old = tp.tensor_type.shape.dim, declared.tensor_type.shape.dim
+    if len(dims) != len(old):
+        log.warning("output %r: declared with rank %d, the fixed input shapes give rank %d", name, len(old), len(dims))
+        return tp.SerializeToString()
+    for i, (d, o) in enumerate(zip(dims, old)):
+        if _dim_score(_dim(d)) < 2 and _dim_score(_dim(o)) >= 2:
+            d.CopyFrom(o)
+        elif o.HasField("dim_value") and _dim(d) != o.dim_value:
+            log.warning("output %r dim %d: declared %d, the fixed input shapes give %s", name, i, o.dim_value, _dim(d))
+    return tp.SerializeToString()
+
+
+def _dim(d):
+    return d.dim_value if d.HasField("dim_value") else d.dim_param

@@ -34,6 +34,31 @@ def test_fixing_shapes_and_batch_updates_outputs():
     onnx.checker.check_model(m.to_onnx(), full_check=True)
 
 
+def test_an_output_size_the_fixed_inputs_contradict_follows_them(caplog):
+    # torch's dynamo exporter declares an LSTM's output with the example's
+    # sequence length; with another one fixed, onnx would keep the stale 5
+    # and the written model would fail onnx.checker.
+    m = pyonnxopt.load(parse("""g (float[N, S, 4] x) => (float[N, 5, 4] y) {
+        r = Relu(x)
+        y = Neg(r)
+    }"""))
+    fix_input_shapes(m, {"x": [2, 7, 4]})
+    assert m.graph.value("y").type["shape"] == [2, 7, 4]
+    assert "output 'y' dim 1: declared 5, the fixed input shapes give 7" in caplog.text
+    onnx.checker.check_model(m.to_onnx(), full_check=True)
+
+
+def test_declared_output_dims_stay_where_inference_finds_none():
+    # NonZero's count is data-dependent: the declared name is all there is.
+    m = pyonnxopt.load(parse("""g (float[N, 3] x) => (int64[2, count] y, float[batch, 3] z) {
+        y = NonZero(x)
+        z = Relu(x)
+    }"""))
+    fix_input_shapes(m, {}, batch=2)
+    assert m.graph.value("y").type["shape"] == [2, "count"] and m.graph.value("z").type["shape"] == [2, 3]
+    onnx.checker.check_model(m.to_onnx(), full_check=True)
+
+
 @pytest.mark.parametrize("shapes, batch, message", [
     ({"nope": [1]}, None, "no input 'nope' \\(inputs: images, ids\\)"),
     ({"images": [1, 3, 64]}, None, "rank 4, the shape given has 3"),
