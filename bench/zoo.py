@@ -78,6 +78,8 @@ ENTRIES = [
     Entry("bert_base_nofold", "bert_base", fold=False),
     Entry("bert_base_train", "bert_base", train=True),
     Entry("bert_base_dyn", "bert_base", dynamic=True, note="batch, sequence dynamic"),
+    Entry("bert_base_perturbed", "bert_base_perturbed",
+          note="bert_base with N(0, 0.02) added to every parameter: Linear biases not 0, LayerNorm weights not 1"),
     Entry("gpt2_past", "gpt2_past", dynamic=True,
           note="GPT2Config(), one new token over 16 past tokens; batch, seq, past_seq dynamic"),
     Entry("gpt2_past_nofold", "gpt2_past", fold=False, dynamic=True),
@@ -320,11 +322,31 @@ def _gpt2_past(dynamic: bool):
     return Step(), (torch.randint(0, cfg.vocab_size, (1, 1), generator=g), *past), names, outputs, axes
 
 
+def _perturbed(build):
+    """`build` with N(0, 0.02) added to every parameter (seeded). The default
+    initializations leave every Linear bias 0 and every LayerNorm weight 1,
+    which rewrites of x + 0 and x * 1 then remove; a trained model has none
+    of that."""
+    import torch
+
+    def perturbed_build(dynamic: bool):
+        model, *rest = build(dynamic)
+        g = torch.Generator().manual_seed(SEED + 1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.02)
+        return (model, *rest)
+
+    return perturbed_build
+
+
 def _builder(source: str):
     if source in ("ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn"):
         return _detection(source)
     if source == "bert_base":
         return _bert
+    if source == "bert_base_perturbed":
+        return _perturbed(_bert)
     if source == "t5_encoder":
         return _t5_encoder
     if source == "gpt2_past":
