@@ -4,6 +4,8 @@ that nothing reads any more."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from pyonnxopt.fusion.pattern import compile_pattern
 from pyonnxopt.fusion.rule import Edit, Match, Rule, node_id, opset_of
 from pyonnxopt.model import Model
@@ -87,7 +89,8 @@ def _apply(rule: Rule, model: Model, graph, names: list, bound: list, opset: int
         return False
     m = Match(model, graph, names, bound, opset, options)
     matched.add(m.root)
-    why = rule.check(m)
+    why = _quantized_reason(nodes) if rule.only_target == "ort" else None
+    why = why or rule.check(m)
     if why is None:
         ids = [node_id(n) for n in nodes]
         edit = Edit(m)
@@ -104,6 +107,22 @@ def _apply(rule: Rule, model: Model, graph, names: list, bound: list, opset: int
     stats["rewrites"].append({"what": rule.name, "consumed": consumed,
                               "produced": [node_id(n) for n in edit.added]})
     return True
+
+
+def _quantized_reason(nodes: list) -> Optional[str]:
+    """Why a com.microsoft op must not replace `nodes`: they read a
+    DequantizeLinear or feed a QuantizeLinear. onnxruntime turns such QDQ
+    groups (DequantizeLinear -> Conv [-> Relu] -> QuantizeLinear, ...) into
+    its quantized kernels, which it cannot do around its own fused ops."""
+    why = "onnxruntime runs this quantized (QDQ) group as one int8 kernel"
+    for n in nodes:
+        if any(v is not None and v.producer is not None and v.producer.op_type == "DequantizeLinear"
+               for v in n.inputs):
+            return f"'{n.name}' reads a DequantizeLinear: {why}"
+    for n in nodes:
+        if any(r.op_type == "QuantizeLinear" for v in n.outputs for r, _ in v.uses):
+            return f"'{n.name}' feeds a QuantizeLinear: {why}"
+    return None
 
 
 def _dropped(v) -> bool:

@@ -169,6 +169,27 @@ def test_conv_output_read_elsewhere_or_target_onnx_is_left():
     assert not r.modified and ops(m) == ["Conv", "Relu"]
 
 
+QDQ = {"wq": np.random.default_rng(1).integers(-100, 100, (4, 3, 3, 3)).astype(np.int8),
+       "ws": np.full(4, 0.01, np.float32), "wz": np.zeros(4, np.int8),
+       "s": np.array(0.05, np.float32), "zp": np.array(0, np.uint8)}
+
+
+def test_a_quantized_conv_stays_for_onnxruntime_to_make_qlinearconv():
+    # DequantizeLinear -> Conv -> Relu -> QuantizeLinear is what onnxruntime
+    # runs as QLinearConv; a FusedConv there would run in float.
+    qdq = with_weights(IO + """{
+        xq = QuantizeLinear (x, s, zp)  xd = DequantizeLinear (xq, s, zp)  wd = DequantizeLinear <axis = 0> (wq, ws, wz)
+        c = Conv <pads = [1, 1, 1, 1]> (xd, wd)  r = Relu (c)  rq = QuantizeLinear (r, s, zp)  y = DequantizeLinear (rq, s, zp)
+    }""", **QDQ)
+    assert [why.split("' ", 1)[1] for why in refused(qdq)] == [
+        "reads a DequantizeLinear: onnxruntime runs this quantized (QDQ) group as one int8 kernel"]
+    float_conv = with_weights(IO + """{
+        c = Conv <pads = [1, 1, 1, 1]> (x, w, b)  r = Relu (c)  rq = QuantizeLinear (r, s, zp)  y = DequantizeLinear (rq, s, zp)
+    }""", **W, **QDQ)
+    assert [why.split("' ", 1)[1] for why in refused(float_conv)] == [
+        "feeds a QuantizeLinear: onnxruntime runs this quantized (QDQ) group as one int8 kernel"]
+
+
 @pytest.mark.parametrize("stride", [1, 2])
 def test_resnet_block_of_any_image_size_through_the_pipeline_with_the_check(stride):
     # With a dynamic height and width the residual's dims are those of
