@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
 import numpy as np
 
@@ -49,13 +49,16 @@ def session(model_source, external_folder: Optional[str] = None):
     return ort.InferenceSession(model_source, opts, providers=["CPUExecutionProvider"])
 
 
-def random_inputs(sess, seed: int = 0) -> dict:
+def random_inputs(sess, seed: int = 0, given: Iterable[str] = ()) -> dict:
     """Seeded inputs: floats ~ N(0, 1), integers 0 or 1 (index-like inputs
     such as token ids, token types and masks stay in range of any table),
-    booleans at random; unknown dims are 1."""
+    booleans at random; unknown dims are 1. Inputs named in `given` (the
+    caller has them) are left out."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for i in sess.get_inputs():
+        if i.name in given:
+            continue
         dtype = _ORT_TYPES.get(i.type)
         if dtype is None:
             raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate")
@@ -100,11 +103,13 @@ class Reference:
                 raise CheckUnavailable(f"onnxruntime cannot run the original: {first_line(e)}") from e
         self._session = original
         self._names = {o.name for o in original.get_outputs()}
-        self.feeds = random_inputs(shaped_by or original, seed)
-        for name, value in (inputs or {}).items():
-            if name not in self.feeds:
-                raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(self.feeds)})")
-            self.feeds[name] = np.asarray(value)
+        shaped_by = shaped_by or original
+        names = [i.name for i in shaped_by.get_inputs()]
+        for name in inputs or {}:
+            if name not in names:
+                raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(names)})")
+        self.feeds = random_inputs(shaped_by, seed, given=set(inputs or {}))
+        self.feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
         self.required, self.rtol, self.atol = list(required or []), rtol, atol
         self.where = f"seed {seed}" if not inputs else "given inputs"
         self.seed = None if inputs else seed

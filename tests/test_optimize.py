@@ -179,3 +179,21 @@ def test_a_model_with_random_outputs_is_said_to_be_uncheckable():
     model, report = optimize(proto)
     assert "change from run to run" in report["check"]["skipped"]
     assert [n.op_type for n in model.graph.nodes] == ["RandomUniformLike", "Add"]
+
+
+def test_check_inputs_may_give_what_the_check_cannot_generate():
+    # A string input: random_inputs has no generator for it, the caller's file has it.
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["t"]), helper.make_node("StringConcat", ["t", "suffix"], ["y"])], "g",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, ["n"])],
+        [helper.make_tensor("suffix", TensorProto.STRING, [], [b"_x"])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    model, report = optimize(proto, check_inputs={"s": np.array(["a", "bc"])})
+    assert [n.op_type for n in model.graph.nodes] == ["StringConcat"]
+    assert report["check"]["first_mismatch"] is None and report["check"]["outputs"] == 1
+    _, unchecked = optimize(proto)
+    assert "cannot generate" in unchecked["check"]["skipped"]

@@ -62,11 +62,12 @@ def verify(original, optimized, *, inputs=None, seed: int = 0, samples: int = 1,
     structure = structure_diff(a.model, b.model)
     made = {name: (node.op_type, order) for name, (node, order) in im.producers(a.model).items()}
     original_inputs = {v.name for v in a.model.graph.inputs}
+    original_constants = {v.name for v in a.model.graph.values if v.initializer is not None}
     records, missing = {}, []
     compared = []  # (name, op_type, order) in the order they are reported
     for v in b.model.graph.outputs:
-        if v.name in made or v.name in original_inputs:
-            op_type, order = made.get(v.name, ("(graph input)", -1))
+        if v.name in made or v.name in original_inputs or v.name in original_constants:
+            op_type, order = made.get(v.name, ("(graph input)" if v.name in original_inputs else "(initializer)", -1))
             compared.append((v.name, op_type, order))
         else:
             missing.append(v.name)
@@ -142,7 +143,7 @@ def _samples(a, b, inputs, seed, samples, batch_sizes, vocab_size, dims) -> tupl
                  for i, f in enumerate(given)]
         label = str(inputs) if not isinstance(inputs, (dict, list, tuple)) else "<memory>"
         source = {"source": label, "seed": None, "samples": len(feeds), "batch_sizes": [None]}
-    optimized_inputs = [v.name for v in b.model.graph.inputs]
+    optimized_inputs = [v.name for v in b.model.graph.inputs if v.initializer is None]  # IR < 4 lists initializers too
     extra = [n for n in optimized_inputs if n not in {s.name for s in specs}]
     if extra:
         raise Error(f"{b.where}: input(s) {', '.join(map(repr, extra))} are not inputs of the original model, "

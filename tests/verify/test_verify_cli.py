@@ -137,6 +137,26 @@ def test_an_output_the_original_lacks_is_a_mismatch(tmp_path):
     assert r["first_mismatch"] == "new_out"
 
 
+def _initializer_model(ir_version: int, weight_is_input: bool, weight_is_output: bool) -> onnx.ModelProto:
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = helper.make_tensor_value_info("W", TensorProto.FLOAT, [4])
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "W"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])] + [w] * weight_is_input,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])] + [w] * weight_is_output,
+                              [numpy_helper.from_array(np.arange(4, dtype=np.float32), "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13 if ir_version > 3 else 7)],
+                             ir_version=ir_version)
+
+
+@pytest.mark.parametrize("ir_version, weight_is_input, weight_is_output", [(3, True, False), (8, False, True)])
+def test_initializers_listed_as_inputs_or_outputs_verify(ir_version, weight_is_input, weight_is_output):
+    # IR 3 lists every initializer among the graph inputs; any IR may return one.
+    model = _initializer_model(ir_version, weight_is_input, weight_is_output)
+    r = verify(model, model)
+    assert r["ok"] and [o["name"] for o in r["outputs"]] == ["y"] + ["W"] * weight_is_output
+
+
 def test_batch_sizes_and_given_inputs(tmp_path, capsys):
     dynamic = save(chain(batch="N"), tmp_path / "dyn.onnx")
     r = verify(dynamic, dynamic, batch_sizes=[1, 3])
