@@ -116,7 +116,7 @@ def optimize(
     `prune_outputs` are graph-output names or globs (e.g. "aux_*") to drop,
     with the branches only they needed; the check compares the outputs kept.
     `target`: "onnx" emits standard ops only; "ort" lets fusions emit
-    onnxruntime's com.microsoft ops (FastGelu, SkipLayerNormalization, ...).
+    onnxruntime's com.microsoft ops (FusedConv, FastGelu, MultiHeadAttention, ...).
     `opset` upgrades the model's ai.onnx opset first (onnx's version
     converter), so that fusions may emit the newer standard ops (Gelu at 20,
     Attention and RMSNormalization at 23); never a downgrade.
