@@ -67,14 +67,17 @@ def _rms_decomposed(i, x, y):
 
 
 def _attention_decomposed(i, x, y, heads=12):
-    """What a TorchScript export below opset 23 writes for one attention;
-    self-attention of x, so that no two layers share a subexpression."""
+    """What a TorchScript export below opset 23 writes for one attention:
+    self-attention of x, so that no two layers share a subexpression, then a
+    residual Add, so that one layer's head merge and the next one's split
+    cannot cancel (they never meet in a real model: projections lie between)."""
     split = lambda v, perm, out: [_node("Reshape", [v, "heads_shape"], [f"{out}{i}r"]),
                                   _node("Transpose", [f"{out}{i}r"], [f"{out}{i}"], perm=perm)]
     return [*split(x, [0, 2, 1, 3], "q"), *split(x, [0, 2, 3, 1], "k"), *split(x, [0, 2, 1, 3], "v"),
             _node("MatMul", [f"q{i}", f"k{i}"], [f"s{i}"]), _node("Mul", [f"s{i}", "scale"], [f"t{i}"]),
             _node("Softmax", [f"t{i}"], [f"p{i}"], axis=-1), _node("MatMul", [f"p{i}", f"v{i}"], [f"o{i}"]),
-            _node("Transpose", [f"o{i}"], [f"m{i}"], perm=[0, 2, 1, 3]), _node("Reshape", [f"m{i}", "hidden_shape"], [y])]
+            _node("Transpose", [f"o{i}"], [f"m{i}"], perm=[0, 2, 1, 3]), _node("Reshape", [f"m{i}", "hidden_shape"], [f"a{i}"]),
+            _node("Add", [f"a{i}", "r"], [y])]
 
 
 def cases() -> dict:
@@ -89,10 +92,10 @@ def cases() -> dict:
                     "r": RNG.standard_normal((B, S, H), dtype=np.float32)}
     feeds_ff = {"x": RNG.standard_normal((B, S, FF), dtype=np.float32)}
     feeds_image = {"x": RNG.standard_normal((1, 64, 56, 56), dtype=np.float32)}
-    qkv = {"x": [B, S, H]}
+    qkv = {"x": [B, S, H], "r": [B, S, H]}
     heads = {"heads_shape": np.array([B, S, 12, H // 12]), "hidden_shape": np.array([B, S, H]),
              "scale": np.float32(1 / np.sqrt(H // 12))}
-    feeds_qkv = {"x": RNG.standard_normal((B, S, H), dtype=np.float32)}
+    feeds_qkv = feeds_hidden
     skip_ln = lambda i, x, y: [_node("SkipLayerNormalization", [x, "r", "g", "b"], [y], domain=MS, epsilon=1e-12)]
     return {
         "skip_layer_norm (opset 17)": (
@@ -126,7 +129,8 @@ def cases() -> dict:
             feeds_ff),
         "multi_head_attention": (
             _model(_chain(_attention_decomposed), qkv, heads, 17),
-            _model(_chain(lambda i, x, y: [_node("MultiHeadAttention", [x, x, x], [y], domain=MS, num_heads=12)]),
+            _model(_chain(lambda i, x, y: [_node("MultiHeadAttention", [x, x, x], [f"a{i}"], domain=MS, num_heads=12),
+                                           _node("Add", [f"a{i}", "r"], [y])]),
                    qkv, {}, 17), feeds_qkv),
         "fused_conv (Relu)": (
             _model(_chain(lambda i, x, y: [_node("Conv", [x, "w", "c"], [f"s{i}"], pads=[1, 1, 1, 1]),
