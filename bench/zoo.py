@@ -83,6 +83,8 @@ ENTRIES = [
     Entry("gpt2_past", "gpt2_past", dynamic=True,
           note="GPT2Config(), one new token over 16 past tokens; batch, seq, past_seq dynamic"),
     Entry("gpt2_past_nofold", "gpt2_past", fold=False, dynamic=True),
+    Entry("gpt2_past_perturbed", "gpt2_past_perturbed", dynamic=True,
+          note="gpt2_past with N(0, 0.02) added to every parameter: biases not 0, LayerNorm weights not 1"),
     Entry("t5_encoder", "t5_encoder", note="T5Config() (t5-small sizes), seq 128"),
     Entry("t5_encoder_dyn", "t5_encoder", dynamic=True, note="batch, sequence dynamic"),
 ]
@@ -347,6 +349,8 @@ def _builder(source: str):
         return _bert
     if source == "bert_base_perturbed":
         return _perturbed(_bert)
+    if source == "gpt2_past_perturbed":
+        return _perturbed(_gpt2_past)
     if source == "t5_encoder":
         return _t5_encoder
     if source == "gpt2_past":
