@@ -42,19 +42,17 @@ def _chain(step) -> list:
     return [n for i in range(L) for n in step(i, f"y{i - 1}" if i else "x", f"y{i}")]
 
 
-def _node(op, ins, outs, **attrs):
-    domain = attrs.pop("domain", "")
-    return helper.make_node(op, ins, outs, domain=domain, **attrs)
+_node = helper.make_node
 
 
 def _vec(n):
     return RNG.standard_normal(n).astype(np.float32)
 
 
-def _ln_decomposed(i, x, y, eps_name="eps"):
+def _ln_decomposed(i, x, y):
     return [_node("ReduceMean", [x], [f"m{i}"], axes=[-1]), _node("Sub", [x, f"m{i}"], [f"d{i}"]),
             _node("Pow", [f"d{i}", "two"], [f"p{i}"]), _node("ReduceMean", [f"p{i}"], [f"v{i}"], axes=[-1]),
-            _node("Add", [f"v{i}", eps_name], [f"e{i}"]), _node("Sqrt", [f"e{i}"], [f"q{i}"]),
+            _node("Add", [f"v{i}", "eps"], [f"e{i}"]), _node("Sqrt", [f"e{i}"], [f"q{i}"]),
             _node("Div", [f"d{i}", f"q{i}"], [f"n{i}"]), _node("Mul", [f"n{i}", "g"], [f"k{i}"]),
             _node("Add", [f"k{i}", "b"], [y])]
 
@@ -66,7 +64,7 @@ def _rms_decomposed(i, x, y):
             _node("Mul", [f"n{i}", "g"], [y])]
 
 
-def _attention_decomposed(i, x, y, heads=12):
+def _attention_decomposed(i, x, y):
     """What a TorchScript export below opset 23 writes for one attention:
     self-attention of x, so that no two layers share a subexpression, then a
     residual Add, so that one layer's head merge and the next one's split
