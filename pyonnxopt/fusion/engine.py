@@ -89,7 +89,7 @@ def _apply(rule: Rule, model: Model, graph, names: list, bound: list, opset: int
         return False
     m = Match(model, graph, names, bound, opset, options)
     matched.add(m.root)
-    why = _quantized_reason(nodes) if rule.only_target == "ort" else None
+    why = _quantized_reason(nodes) if rule.emits_ort_op(m) else None
     why = why or rule.check(m)
     if why is None:
         ids = [node_id(n) for n in nodes]

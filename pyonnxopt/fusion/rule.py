@@ -171,6 +171,11 @@ class Rule(Pass):
     def check(self, m: Match) -> Optional[str]:
         return None
 
+    def emits_ort_op(self, m: Match) -> bool:
+        """Whether this match would become a com.microsoft op: the engine
+        then refuses it inside a quantized (QDQ) group."""
+        return self.only_target == "ort"
+
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         raise TypeError(f"{type(self).__name__} must define rewrite()")
 

@@ -69,6 +69,20 @@ def test_target_ort_emits_com_microsoft_at_any_opset(form, op):
     assert_same_outputs(original, m, **TOL)  # loads and runs on the CPU provider
 
 
+def test_a_quantized_gelu_stays_for_target_ort_only():
+    # Between a DequantizeLinear and a QuantizeLinear: onnxruntime's int8
+    # kernels cannot take a com.microsoft op there; a standard Gelu is fine.
+    consts = CONSTS[:-1] + ", float sc = {0.05}, uint8 zp = {128}>"
+    text = (f"g (float[2,5,16] xin) => (float[2,5,16] out) {consts} {{ xq = QuantizeLinear(xin, sc, zp) "
+            f"x = DequantizeLinear(xq, sc, zp) {ERF_BODY['ts']} yq = QuantizeLinear(y, sc, zp) "
+            "out = DequantizeLinear(yq, sc, zp) }")
+    m, r, _ = fuse("fuse_gelu", text, opset=20, target="ort")
+    assert not r.modified and any("reads a DequantizeLinear: onnxruntime runs this quantized (QDQ) group" in n
+                                  for n in r.stats["near_misses"])
+    m, r, _ = fuse("fuse_gelu", text, opset=20)
+    assert r.modified and "Gelu" in ops(m)
+
+
 def test_wrong_constant_refuses_with_its_value():
     consts = CONSTS.replace("s2 = {1.4142135}", "s2 = {1.5}")
     m, r, _ = fuse("fuse_gelu", model(ERF_BODY["ts"], consts=consts))

@@ -215,6 +215,9 @@ class FuseAttention(Rule):
                 return f"the mask needs an Expand (to {_mask_target(m, op, bhst[2])}), which needs opset 8"
         return dtype_reason(MS_DOMAIN if op == "MultiHeadAttention" else "", op, _dtype(m))
 
+    def emits_ort_op(self, m: Match) -> bool:
+        return _emitted(m) == "MultiHeadAttention"
+
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         b, h, s, t = _layout(m)
         op = _emitted(m)

@@ -97,6 +97,9 @@ class FuseGelu(Rule):
             return dtype_reason(MS_DOMAIN, "FastGelu" if tanh else "Gelu", dtype)
         return opset_reason("Gelu", m.opset) or dtype_reason("", "Gelu", dtype)
 
+    def emits_ort_op(self, m: Match) -> bool:
+        return m.options.target == "ort"
+
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         tanh = "tanh" in m
         if m.options.target == "ort":

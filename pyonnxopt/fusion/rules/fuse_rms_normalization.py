@@ -87,6 +87,9 @@ class FuseRmsNormalization(Rule):
         return (opset_reason("RMSNormalization", m.opset) or check_affine(m, k, "scale")
                 or dtype_reason("", "RMSNormalization", m.dtype("x") or m.dtype("eps")))
 
+    def emits_ort_op(self, m: Match) -> bool:
+        return "a" in m and m.options.target == "ort"  # the residual form (below opset 23): SKIP_OP
+
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         if "a" in m:
             _emit_skip_norm(m, edit)
