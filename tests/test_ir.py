@@ -92,6 +92,23 @@ def test_replace_all_uses_updates_graph_outputs():
     assert [o.name for o in m.to_onnx().graph.output] == ["t2"]
 
 
+def test_a_replaced_graph_output_keeps_its_own_type():
+    """The old value lives on (renamed, read by a new node): setting the new
+    output's type must not change the old value's, which the output entry
+    described until then."""
+    m = pyonnxopt.load(chain_model())
+    g = m.graph
+    y = g.value("y")
+    y.name = "y_inner"
+    back = g.add_node("Reshape", [y, g.add_initializer("s", TensorProto.INT64, [2], np.array([1, 3]).tobytes())],
+                      ["y_back"])
+    g.replace_all_uses(y, back.outputs[0])
+    g.set_input(back, 0, y)
+    g.set_value_type(back.outputs[0], helper.make_tensor_type_proto(TensorProto.FLOAT, [1, 3]).SerializeToString())
+    assert y.type["shape"] == [3] and back.outputs[0].type["shape"] == [1, 3]
+    assert m.check_invariants() == []
+
+
 def test_remove_node_refuses_while_read():
     m = pyonnxopt.load(chain_model())
     with pytest.raises(pyonnxopt.ModelError, match="still read"):

@@ -359,6 +359,10 @@ void Graph::replace_all_uses(Value* from, Value* to) {
     for_each_graph_below(from->graph, [&](Graph* g) {
       for (auto& out : g->outputs) {
         if (out.value != from) continue;
+        if (from->info == &out) {  // `from` lives on (renamed): it keeps its type, not the output's entry
+          from->info = nullptr;
+          if (out.type.has) from->graph->set_value_type(from, out.type.value);
+        }
         out.value = to;
         out.name.set(to->name);
         --from->graph_output_refs;
