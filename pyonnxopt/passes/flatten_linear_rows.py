@@ -23,8 +23,9 @@ Softmax and reductions over the last axis. Where the region starts, a
 Reshape to [-1, K] goes in, unless the value came from a Reshape already
 (its target changes). Where it ends, a Reshape back goes in, unless the
 reader is a Reshape (its target is kept, or rewritten where a 0 copied a
-row dim). Symbolic rows are put back from Shape(start, end) of a value
-still holding them (opset 15).
+row dim). Symbolic rows are read back at run time: Shape of an input of
+the region as wide as the value, else Shape(start, end) of a value still
+holding the rows (opset 15) and a Concat.
 
 The region is rewritten only when the Gemms it makes outnumber the
 Reshapes and shape nodes it adds; otherwise it is refused with both
