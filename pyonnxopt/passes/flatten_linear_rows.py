@@ -365,7 +365,10 @@ def _node(g, op_type: str, inputs: list, hint: str, before, **attrs):
 def _rewrite(c: _Component, g) -> int:
     """Rewrites a planned component; returns how many nodes it added."""
     position = {n: i for i, n in enumerate(g.nodes)}
-    earliest = lambda nodes: min(nodes, key=position.__getitem__, default=None)  # noqa: E731
+
+    def earliest(nodes):
+        return min(nodes, key=position.__getitem__, default=None)
+
     added = c.shape_nodes
     full_types = {w: w.type_proto for w, *_ in c.exits}
 

@@ -159,7 +159,7 @@ def test_no_gemm_without_a_float_bias(why, text):
                              w=np.ones((8, 8), np.int32), b=np.ones(8, np.int32))
     else:
         proto = with_weights(f"g (float[2,3,8] x) => (float[2,3,8] y) {{ {text} }}", **rng_weights(w=(8, 8)))
-    m, r = flattened(proto, modified=False)
+    _, r = flattened(proto, modified=False)
     assert r.stats["refused"] == [], why  # no Linear with a bias: nothing to say
 
 
