@@ -285,7 +285,7 @@ def _static(rows: tuple) -> bool:
 
 
 def _is_float(v) -> bool:
-    return type_refusal(v.type.get("elem_type", 0)) is None
+    return type_refusal(_elem_type(v)) is None
 
 
 def _reader_target(u, i: int, w, rows: tuple):
@@ -342,10 +342,20 @@ def _choose_source(c: _Component, g, opset: int) -> Optional[str]:
     return None
 
 
+def _elem_type(v) -> int:
+    """The value's element type (an initializer's from its tensor); 0 when not known."""
+    if v.initializer is not None:
+        return v.initializer.data_type
+    return v.type.get("elem_type", 0)
+
+
 def _set_rows_type(g, v, rows: tuple, width, like=None) -> None:
-    """v is [rows, width], of the element type of `like` (default: its own)."""
+    """v is [rows, width], of the element type of `like` (default: its own);
+    left untyped when that is not known."""
+    elem = _elem_type(like if like is not None else v)
+    if not elem:
+        return
     m = math.prod(rows) if _static(rows) else None
-    elem = (like if like is not None else v).type.get("elem_type", 0)
     tp = helper.make_tensor_type_proto(elem, [m, width if isinstance(width, int) else None])
     g.set_value_type(v, tp.SerializeToString())
 

@@ -206,3 +206,17 @@ def test_default_pipeline_on_a_torch_feed_forward_stack():
     assert PASS in [r["name"] for r in report["passes"] if r["modified"]]
     for shape in ((1, 3, 16), (3, 7, 16)):
         assert_same(proto, m, x=list(shape))
+
+
+def test_an_initializer_holding_the_rows_enters_typed():
+    """Batch 1: a position embedding [1, 3, 8] has the rows [1, 3] itself;
+    it enters through a Reshape whose output has its element type."""
+    proto = with_weights("""g (float[1,3,8] x) => (float[1,3,8] y) {
+        p = Add (x, pos)
+        h = MatMul (p, w)   hb = Add (h, b)   u = MatMul (hb, w)   ub = Add (u, b)
+        v = MatMul (ub, w)   vb = Add (v, b)   t = MatMul (vb, w)   y = Add (t, b)
+    }""", **rng_weights(pos=(1, 3, 8), w=(8, 8), b=(8,)))
+    m, _ = flattened(proto)
+    entry = next(n for n in m.graph.nodes if n.op_type == "Reshape" and n.inputs[0].name == "pos")
+    assert entry.outputs[0].type["elem_type"] == onnx.TensorProto.FLOAT
+    assert_same(proto, m)
