@@ -430,7 +430,8 @@ def _rewrite(c: _Component, g) -> int:
                         else _int64s(g, target, f"{w.name}_target"))
         if others or is_output:
             added += 1
-            _put_back(g, w, c, row_shape(len(c.rows), (dims(w)[-1],), f"{w.name}_shape"),
+            _put_back(g, w, {*c.members, *(u for u, _ in reshapes)},
+                      row_shape(len(c.rows), (dims(w)[-1],), f"{w.name}_shape"),
                       earliest(u for u, _ in others), full_types[w])
 
     for mm, add, bias_index in c.gemms:
@@ -439,12 +440,12 @@ def _rewrite(c: _Component, g) -> int:
     return added + len(c.gemms)  # the Gemms
 
 
-def _put_back(g, w, c: _Component, shape, before, full_type) -> None:
-    """Readers outside the component, and the graph output, read w in its
-    own shape again (the graph output keeps its name)."""
+def _put_back(g, w, rows_readers: set, shape, before, full_type) -> None:
+    """The other readers, and the graph output, read w in its own shape
+    again (the graph output keeps its name); `rows_readers` keep [rows, width]."""
     name = w.name
     back = _node(g, "Reshape", [w, shape], f"{name}_unrows", before)
-    kept = [(u, i) for u, i in w.uses if u in c.members or u == back.producer]
+    kept = [(u, i) for u, i in w.uses if u in rows_readers or u == back.producer]
     w.name = g.unique_name(f"{name}_rows")
     g.replace_all_uses(w, back)
     for u, i in kept:
