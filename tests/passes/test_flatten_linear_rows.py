@@ -226,10 +226,10 @@ def test_a_graph_output_also_read_by_a_head_split_stays_in_order():
     """y is a graph output (put back after the region) and read by a
     Reshape that takes the rows: that Reshape keeps reading the rows, so
     no node reads y before it is defined."""
-    chain = "   ".join(f"a{i} = MatMul (r{i - 1}, w)  b{i} = Add (a{i}, b)  r{i} = Relu (b{i})" for i in range(1, 5))
+    chain = "   ".join(f"a{i} = MatMul (r{i - 1}, w)  b{i} = Add (a{i}, b)  r{i} = Relu (b{i})" for i in range(1, 7))
     proto = with_weights(f"""g (float[N,T,8] r0) => (float[N,T,8] y, float[N,T,2,4] y4) {{
         {chain}
-        a = MatMul (r4, w)   y = Add (a, b)   y4 = Reshape (y, split)
+        a = MatMul (r6, w)   y = Add (a, b)   y4 = Reshape (y, split)
     }}""", split=np.array([0, 0, 2, 4]), **rng_weights(w=(8, 8), b=(8,)))
     m, _ = flattened(proto)
     split = next(n for n in m.graph.nodes if n.outputs[0].name == "y4")
