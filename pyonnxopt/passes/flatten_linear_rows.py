@@ -226,8 +226,8 @@ def _plan(c: _Component, g, opset: int) -> Optional[str]:
             continue
         add, index = out.uses[0]
         if add in c.members and add.op_type == "Add" and len(add.inputs) == 2 \
-                and not _rows_of(add.inputs[1 - index], c.rows):
-            c.gemms.append((n, add, 1 - index))
+                and not _rows_of(add.inputs[1 - index], c.rows) and dims(add.outputs[0]) == dims(out):
+            c.gemms.append((n, add, 1 - index))  # a bias that widened the product is no Gemm's C
     if not c.gemms:
         return "no MatMul + bias in it"
     seen = set()
@@ -398,7 +398,10 @@ def _rewrite(c: _Component, g) -> int:
 
     for n in c.nodes:
         _flatten_node(g, n, len(c.rows) + 1)
-        _set_rows_type(g, n.outputs[0], c.rows, dims(n.outputs[0])[-1])
+        for v in n.outputs:  # the unread ones too (LayerNormalization's mean): their stated rank changes
+            d = dims(v) if v is not None else None
+            if d is not None and len(d) == len(c.rows) + 1:
+                _set_rows_type(g, v, c.rows, d[-1])
 
     made: dict = {}
     first_reader = earliest(u for _, reshapes, others, _ in c.exits for u, _ in [*reshapes, *others])

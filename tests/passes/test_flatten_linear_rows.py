@@ -236,3 +236,29 @@ def test_a_graph_output_also_read_by_a_head_split_stays_in_order():
     assert split.inputs[0].type["shape"][1] == 8 and len(split.inputs[0].type["shape"]) == 2
     for n, t in ((1, 1), (3, 5)):
         assert_same(proto, m, r0=[n, t, 8])
+
+
+def test_a_bias_that_widens_the_product_stays_an_add():
+    """MatMul by [8, 1] plus a [8] bias broadcasts the product to 8 wide:
+    Gemm's C may not widen, so that pair stays MatMul + Add (on rows)."""
+    chain = "   ".join(f"a{i} = MatMul (r{i - 1}, w)  b{i} = Add (a{i}, b)  r{i} = Relu (b{i})" for i in range(1, 4))
+    proto = with_weights(f"""g (float[2,3,8] r0) => (float[2,3,8] y) {{
+        {chain}
+        p = MatMul (r3, narrow)   y = Add (p, b)
+    }}""", **rng_weights(w=(8, 8), b=(8,), narrow=(8, 1)))
+    m, r = flattened(proto)
+    assert [n.op_type for n in m.graph.nodes].count("Gemm") == 3 and r.stats["rewrites"][0]["consumed"][-1] == "a3"
+    assert_same(proto, m)
+
+
+def test_unread_extra_outputs_are_restated_on_rows():
+    """LayerNormalization's Mean and InvStdDev, named but unread, with
+    stated [2, 3, 1] shapes: they become [6, 1] with the node."""
+    chain = "   ".join(f"a{i} = MatMul (r{i - 1}, w)  b{i} = Add (a{i}, b)  r{i} = Relu (b{i})" for i in range(1, 4))
+    proto = with_weights(f"""g (float[2,3,8] r0) => (float[2,3,8] y) <float[2,3,1] mu, float[2,3,1] isd> {{
+        {chain}
+        y, mu, isd = LayerNormalization <axis = -1> (r3, s, t)
+    }}""", **rng_weights(w=(8, 8), b=(8,), s=(8,), t=(8,)))
+    m, _ = flattened(proto)
+    assert m.graph.value("mu").type["shape"] == [6, 1] and m.graph.value("isd").type["shape"] == [6, 1]
+    assert_same(proto, m)
