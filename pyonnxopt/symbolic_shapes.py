@@ -490,6 +490,10 @@ class _Walk:
             axis = attrs["axis"].i if "axis" in attrs else 0
             axis = axis + len(d[0]) if axis < 0 else axis
             return d[0][:axis] + d[1] + d[0][axis + 1:]
+        if op.startswith("Reduce") and d and d[0] is not None:
+            return self._reduce_dims(n, attrs, d[0])
+        if op == "GatherElements" and len(d) > 1 and d[1] is not None:
+            return list(d[1])  # the indices' shape (HF BERT's buffered token_type_ids)
         if op == "Slice" and d[0] is not None:
             return self._slice_dims(d[0], ins)
         if op == "Concat" and d and all(x is not None and len(x) == len(d[0]) for x in d):
@@ -556,6 +560,15 @@ class _Walk:
             else:
                 out[a] = None
         return out
+
+    def _reduce_dims(self, n, attrs, x: list) -> Optional[list]:
+        """A reduction over constant axes: those become 1 (or go, keepdims=0)."""
+        axes = self._axes(n, attrs)
+        if not axes or not all(-len(x) <= a < len(x) for a in axes):
+            return None  # none given: all, or none with noop_with_empty_axes; onnx's inference says which
+        axes = {a + len(x) if a < 0 else a for a in axes}
+        keep = attrs["keepdims"].i if "keepdims" in attrs else 1
+        return [1 if i in axes else e for i, e in enumerate(x) if keep or i not in axes]
 
     def _entry_dim(self, e):
         """A shape entry as a dim, a sum named as rule 6 says."""

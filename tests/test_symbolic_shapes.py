@@ -280,6 +280,41 @@ def test_position_slice_to_the_sequence_length_broadcasts_as_it():
     assert shape_of(m, "y") == ["B", "S", 16]
 
 
+def test_buffered_token_types_and_a_written_out_layer_norm_keep_the_symbols():
+    # HF BERT called without token_type_ids: buffer[:, :seq] gathered by
+    # position (GatherElements: the indices' shape), expanded to [B, S];
+    # then LayerNorm as ReduceMean over the last axis, Sub, Div.
+    model = parse("""g (int64[B,S] ids, float[B,S,16] tok) => (float[B,S,16] y) {
+        s = Shape(ids)
+        one = Constant <value = int64 {1}> ()
+        n = Gather(s, one)
+        axes = Constant <value = int64[1] {0}> ()
+        end = Unsqueeze(n, axes)
+        zero = Constant <value = int64[1] {0}> ()
+        ax1 = Constant <value = int64[1] {1}> ()
+        p = Slice(pos, zero, end, ax1, ax1)
+        t = GatherElements <axis = 1> (buf, p)
+        tt = Expand(t, s)
+        e = Gather(table, tt)
+        x = Add(tok, e)
+        mu = ReduceMean <axes = [-1]> (x)
+        d = Sub(x, mu)
+        sq = Mul(d, d)
+        var = ReduceMean <axes = [2], keepdims = 1> (sq)
+        red = Constant <value = int64[2] {1, 2}> ()
+        total = ReduceSum <keepdims = 0> (sq, red)
+        y = Div(d, var)
+    }""")
+    model.graph.initializer.extend([
+        onnx.numpy_helper.from_array(np.zeros((2, 16), np.float32), "table"),
+        onnx.numpy_helper.from_array(np.zeros((1, 512), np.int64), "buf"),
+        onnx.numpy_helper.from_array(np.arange(512, dtype=np.int64)[None], "pos")])
+    m, _ = run_pass("infer_shapes", model)
+    assert shape_of(m, "tt") == ["B", "S"] and shape_of(m, "x") == ["B", "S", 16]
+    assert shape_of(m, "mu") == ["B", "S", 1] and shape_of(m, "var") == ["B", "S", 1]
+    assert shape_of(m, "total") == ["B"] and shape_of(m, "y") == ["B", "S", 16]
+
+
 def test_slice_bounds_rules():
     at_most = symbolic_shapes.AtMost("S", 512)
     b = symbolic_shapes.broadcast_dim

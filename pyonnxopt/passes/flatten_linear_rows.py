@@ -25,13 +25,13 @@ Reshape to [-1, K] goes in, unless the value came from a Reshape already
 reader is a Reshape (its target is kept, or rewritten where a 0 copied a
 row dim). Symbolic rows are read back at run time: Shape of an input of
 the region as wide as the value, else Shape(start, end) of a value still
-holding the rows (opset 15) and a Concat.
+holding the rows (below opset 15: Shape and a Slice) and a Concat.
 
 The region is rewritten only when the Gemms it makes outnumber the
 Reshapes and shape nodes it adds; otherwise it is refused with both
 counts. Refused, too: rows or widths that are not known (a width must be
 an int), rows shared with a subgraph, no value outside the region that
-holds symbolic rows, and symbolic rows below opset 15.
+holds symbolic rows, and symbolic rows below opset 10.
 """
 
 from __future__ import annotations
@@ -147,6 +147,7 @@ class _Component:
         self.source = None  # a value outside holding the rows, when they are symbolic and put back
         self.whole: dict = {}  # width -> an entry of that width kept 3-D, whose Shape puts such values back
         self.shape_nodes = 0  # Shape, Slice and Concat nodes that putting symbolic rows back takes
+        self.opset = 0
 
 
 class FlattenLinearRows(Pass):
@@ -270,8 +271,9 @@ def _plan(c: _Component, g, opset: int) -> Optional[str]:
         whole = {t for t in targets if t[0] == k and len(t[1]) == 1 and t[1][0] in c.whole}
         partial = targets - whole
         c.shape_nodes = len({c.whole[t[1][0]] for t in whole})
-        if partial:
-            c.shape_nodes += 1 + len(partial) + sum(1 for lead, _ in partial if lead < k)
+        if partial:  # Shape (and a Slice below opset 15), then per target a Concat (and a Slice)
+            c.shape_nodes += 1 + (opset < 15) + len(partial) + sum(1 for lead, _ in partial if lead < k)
+        c.opset = opset
     added = c.shape_nodes + sum(1 for _, retarget in c.entries if not retarget)
     added += sum(1 for _, _, others, is_output in c.exits if others or is_output)
     if added >= len(c.gemms):
@@ -317,8 +319,8 @@ def _choose_source(c: _Component, g, opset: int) -> Optional[str]:
     earliest outside value whose leading dims are the rows (an entry kept
     as it is, or the input of an entry's Reshape; failing those, an entry
     whose Reshape is then kept and a new one put in). None, or why not."""
-    if opset < 15:
-        return "its rows are symbolic and reading them back (Shape start/end) needs opset 15"
+    if opset < 10:
+        return "its rows are symbolic and reading them back (Shape, then Slice by inputs) needs opset 10"
     position = {n: i for i, n in enumerate(g.nodes)}
     k = len(c.rows)
     found = [v for v, retarget in c.entries if not retarget]
@@ -416,9 +418,14 @@ def _rewrite(c: _Component, g) -> int:
                 made[like] = _node(g, "Shape", [like], f"{like.name}_shape", first_reader)
             return made[like]
         if (lead, rest) not in made:
-            if "rows" not in made:
+            if "rows" not in made and c.opset >= 15:
                 made["rows"] = _node(g, "Shape", [c.source], f"{c.source.name}_rows", first_reader,
                                      start=0, end=len(c.rows))
+            elif "rows" not in made:
+                whole = _node(g, "Shape", [c.source], f"{c.source.name}_shape", first_reader)
+                made["rows"] = _node(g, "Slice", [whole, _int64s(g, [0], f"{hint}_start"),
+                                                  _int64s(g, [len(c.rows)], f"{hint}_end")],
+                                     f"{c.source.name}_rows", first_reader)
             lead_dims = made["rows"]
             if lead < len(c.rows):
                 lead_dims = _node(g, "Slice", [lead_dims, _int64s(g, [0], f"{hint}_start"),
