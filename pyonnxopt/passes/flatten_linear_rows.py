@@ -137,8 +137,9 @@ def _row_op_rows(n, g, opset: int, foreign: set) -> Optional[tuple]:
 class _Component:
     """One connected row-wise region and what rewriting it takes."""
 
-    def __init__(self, nodes: list, rows: tuple):
+    def __init__(self, nodes: list, rows: tuple, row_wise: dict):
         self.nodes, self.rows = nodes, rows
+        self.row_wise = row_wise  # every row-wise node of the graph (other regions' too)
         self.members = set(nodes)
         self.values = {n.outputs[0] for n in nodes}
         self.entries: list = []  # (value, retarget: its producer Reshape takes a new target)
@@ -215,7 +216,7 @@ def _components(g, opset: int) -> list:
     for n in g.nodes:  # graph order within each component
         if n in rows_of:
             groups.setdefault(find(n), []).append(n)
-    return [_Component(nodes, rows_of[nodes[0]]) for nodes in groups.values()]
+    return [_Component(nodes, rows_of[nodes[0]], rows_of) for nodes in groups.values()]
 
 
 def _plan(c: _Component, g, opset: int) -> Optional[str]:
@@ -240,8 +241,10 @@ def _plan(c: _Component, g, opset: int) -> Optional[str]:
             if not isinstance(dims(v)[-1], int):
                 return f"the width of '{v.name}' is not known"
             p = v.producer
+            # Its target may change when no region reads or feeds it otherwise (another
+            # region's exit would set it back to its own).
             retarget = (p is not None and p.graph == g and p.op_type == "Reshape" and not p.domain and not p.pinned
-                        and p.inputs[0] not in c.values and not v.is_graph_output
+                        and p.inputs[0].producer not in c.row_wise and not v.is_graph_output
                         and all(u in c.members for u, _ in v.uses))
             c.entries.append((v, retarget))
     targets: set = set()  # (row dims copied at run time, the dims after them)

@@ -266,3 +266,22 @@ def test_unread_extra_outputs_are_restated_on_rows():
     m, _ = flattened(proto)
     assert m.graph.value("mu").type["shape"] == [6, 1] and m.graph.value("isd").type["shape"] == [6, 1]
     assert_same(proto, m)
+
+
+def test_a_reshape_between_two_regions_takes_the_first_ones_rows():
+    """w [2, 3, 8] (one region) -> Reshape [3, 2, 8] -> a second region:
+    the Reshape reads the first region's rows with its own target, and the
+    second region puts its own Reshape after it (retargeting it to
+    [-1, 8] too would depend on which region goes first)."""
+    linears = "   ".join(f"a{i} = MatMul (r{i - 1}, w)  b{i} = Add (a{i}, b)  r{i} = Relu (b{i})" for i in range(1, 3))
+    after = "   ".join(f"c{i} = MatMul (s{i - 1}, w)  d{i} = Add (c{i}, b)  s{i} = Relu (d{i})" for i in range(1, 5))
+    proto = with_weights(f"""g (float[2,3,8] r0) => (float[3,2,8] s4) {{
+        {linears}
+        s0 = Reshape (r2, swap)
+        {after}
+    }}""", swap=np.array([3, 2, 8]), **rng_weights(w=(8, 8), b=(8,)))
+    m, r = flattened(proto)
+    assert [n.op_type for n in m.graph.nodes].count("Gemm") == 6 and len(r.stats["rewrites"]) == 2
+    swap = next(n for n in m.graph.nodes if n.outputs[0].name == "s0")
+    assert swap.inputs[1].initializer.numpy().tolist() == [3, 2, 8]
+    assert_same(proto, m)
