@@ -257,10 +257,8 @@ def test_attention_of_4d_heads_gives_the_queries_and_value_size():
     assert dims == ["B", 4, "S", 16]
 
 
-def test_position_slice_to_the_sequence_length_broadcasts_as_it():
-    # BERT's position ids: table[:, :seq] (at most 512 long) added to the
-    # [B, S, 16] token embeddings; any S the Add accepts is at most 512.
-    model = parse("""g (int64[B,S] ids, float[B,S,16] tok) => (float[B,S,16] y) {
+# p = pos[:, :S], S the second dim of ids: BERT's position ids.
+POSITIONS = """
         s = Shape(ids)
         one = Constant <value = int64 {1}> ()
         n = Gather(s, one)
@@ -269,6 +267,13 @@ def test_position_slice_to_the_sequence_length_broadcasts_as_it():
         zero = Constant <value = int64[1] {0}> ()
         ax1 = Constant <value = int64[1] {1}> ()
         p = Slice(pos, zero, end, ax1, ax1)
+"""
+
+
+def test_position_slice_to_the_sequence_length_broadcasts_as_it():
+    # BERT's position ids: table[:, :seq] (at most 512 long) added to the
+    # [B, S, 16] token embeddings; any S the Add accepts is at most 512.
+    model = parse("""g (int64[B,S] ids, float[B,S,16] tok) => (float[B,S,16] y) {""" + POSITIONS + """
         e = Gather(table, p)
         y = Add(tok, e)
     }""")
@@ -284,15 +289,7 @@ def test_buffered_token_types_and_a_written_out_layer_norm_keep_the_symbols():
     # HF BERT called without token_type_ids: buffer[:, :seq] gathered by
     # position (GatherElements: the indices' shape), expanded to [B, S];
     # then LayerNorm as ReduceMean over the last axis, Sub, Div.
-    model = parse("""g (int64[B,S] ids, float[B,S,16] tok) => (float[B,S,16] y) {
-        s = Shape(ids)
-        one = Constant <value = int64 {1}> ()
-        n = Gather(s, one)
-        axes = Constant <value = int64[1] {0}> ()
-        end = Unsqueeze(n, axes)
-        zero = Constant <value = int64[1] {0}> ()
-        ax1 = Constant <value = int64[1] {1}> ()
-        p = Slice(pos, zero, end, ax1, ax1)
+    model = parse("""g (int64[B,S] ids, float[B,S,16] tok) => (float[B,S,16] y) {""" + POSITIONS + """
         t = GatherElements <axis = 1> (buf, p)
         tt = Expand(t, s)
         e = Gather(table, tt)
