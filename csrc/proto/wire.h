@@ -45,7 +45,9 @@ class WireReader {
   // Reads a tag; returns false at the end of the span.
   bool tag(uint32_t& field, WireType& wire) {
     if (done()) return false;
+    const uint8_t* start = p_;
     uint64_t t = varint();
+    if (p_ - start > 5) fail("tag longer than 5 bytes");  // protobuf reads a tag as a 32-bit varint
     field = static_cast<uint32_t>(t >> 3);
     uint32_t w = static_cast<uint32_t>(t & 7);
     if (field == 0 || (t >> 3) > 0x1fffffff) fail("invalid field number");
