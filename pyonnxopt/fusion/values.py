@@ -1,6 +1,7 @@
 """What rules ask of the values a pattern bound: constants close to a
 known number (exporters write 1/sqrt(2) as 0.7071067 or 0.70710678...),
-shapes with their symbolic dims, and whether a broadcast keeps a shape."""
+shapes with their symbolic dims, whether a broadcast keeps a shape, and
+constant integer operands (axes, shapes) given as attribute or input."""
 
 from __future__ import annotations
 
@@ -66,3 +67,21 @@ def broadcasts_into(small: Optional[list], big: Optional[list]) -> bool:
     if small is None or big is None or len(small) > len(big):
         return False
     return all(s == 1 or same_dim(s, b) for s, b in zip(reversed(small), reversed(big)))
+
+
+def constant_ints(v: Optional[Value]) -> Optional[list]:
+    """A constant integer initializer's values (not a graph input), or None."""
+    if v is None or v.initializer is None or v.is_graph_input or v.initializer.data_type not in (6, 7):
+        return None
+    return [int(x) for x in np.asarray(v.initializer.numpy()).reshape(-1)]
+
+
+def attr_or_input(node, attr: str, index: int) -> Optional[list]:
+    """Integers given as attribute `attr` or, in later opsets, as constant
+    input `index` (axes of Unsqueeze or the reductions); None when neither."""
+    if attr in node.attributes:
+        a = node.attributes[attr]
+        return list(a) if isinstance(a, (list, tuple)) else [a]
+    if len(node.inputs) > index and node.inputs[index] is not None:
+        return constant_ints(node.inputs[index])
+    return None

@@ -42,9 +42,9 @@ from typing import Optional
 import numpy as np
 from onnx import helper
 
-from pyonnxopt.fusion.rule import node_id
+from pyonnxopt.fusion.rule import known_dtype, node_id
 from pyonnxopt.fusion.rules._channels import type_refusal
-from pyonnxopt.fusion.values import dims
+from pyonnxopt.fusion.values import attr_or_input, constant_ints, dims
 from pyonnxopt.model import Model, raw_data
 from pyonnxopt.opset import default_opset
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
@@ -87,19 +87,6 @@ def _broadcast_row(v, rows: tuple, width) -> bool:
     return len(d) <= 2 or (v.initializer is not None and not v.is_graph_input)
 
 
-def _axes(n, opset: int) -> Optional[list]:
-    """A reduction's axes (attribute, or constant input from opset 18 and
-    ReduceSum 13), None when not known."""
-    if "axes" in n.attributes:
-        return list(n.attributes["axes"])
-    if len(n.inputs) > 1 and n.inputs[1] is not None:
-        t = n.inputs[1].initializer
-        if t is None or n.inputs[1].is_graph_input:
-            return None
-        return [int(a) for a in np.asarray(t.numpy()).reshape(-1)]
-    return None
-
-
 def _row_op_rows(n, g, opset: int, foreign: set) -> Optional[tuple]:
     """The rows of a row-wise node (the leading dims of its output), or None."""
     if n.domain or n.pinned or n.removed or n.subgraphs or not n.outputs or n.outputs[0] is None:
@@ -122,7 +109,7 @@ def _row_op_rows(n, g, opset: int, foreign: set) -> Optional[tuple]:
         params = [v for v in n.inputs[1:] if v is not None]
         return rows if all(dims(v) is not None and len(dims(v)) <= 1 for v in params) else None
     if op in _REDUCE:
-        if n.attributes.get("keepdims", 1) != 1 or _axes(n, opset) not in ([-1], [rank - 1]) or width != 1:
+        if n.attributes.get("keepdims", 1) != 1 or attr_or_input(n, "axes", 1) not in ([-1], [rank - 1]) or width != 1:
             return None
         return rows if _rows_of(n.inputs[0], rows) else None
     if op not in _ELEMENTWISE:
@@ -290,7 +277,7 @@ def _static(rows: tuple) -> bool:
 
 
 def _is_float(v) -> bool:
-    return type_refusal(_elem_type(v)) is None
+    return type_refusal(known_dtype(v)) is None
 
 
 def _reader_target(u, i: int, w, rows: tuple):
@@ -299,10 +286,9 @@ def _reader_target(u, i: int, w, rows: tuple):
     rest); None when u is not such a Reshape."""
     if u.op_type != "Reshape" or u.domain or u.pinned or i != 0 or len(u.inputs) < 2:
         return None
-    t = u.inputs[1]
-    if t is None or t.initializer is None or t.is_graph_input or t.initializer.data_type != 7:
+    target = constant_ints(u.inputs[1])
+    if target is None:
         return None
-    target = [int(e) for e in np.asarray(t.initializer.numpy()).reshape(-1)]
     if 0 not in target or u.attributes.get("allowzero", 0):
         return target
     full = [*rows, dims(w)[-1]]
@@ -347,17 +333,10 @@ def _choose_source(c: _Component, g, opset: int) -> Optional[str]:
     return None
 
 
-def _elem_type(v) -> int:
-    """The value's element type (an initializer's from its tensor); 0 when not known."""
-    if v.initializer is not None:
-        return v.initializer.data_type
-    return v.type.get("elem_type", 0)
-
-
 def _set_rows_type(g, v, rows: tuple, width, like=None) -> None:
     """v is [rows, width], of the element type of `like` (default: its own);
     left untyped when that is not known."""
-    elem = _elem_type(like if like is not None else v)
+    elem = known_dtype(like if like is not None else v)
     if not elem:
         return
     m = math.prod(rows) if _static(rows) else None

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from pyonnxopt.fusion.values import constant_ints
 from pyonnxopt.model import Model
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
-from pyonnxopt.passes.resolve_dynamic_reshapes import _entries, _ints
+from pyonnxopt.passes.resolve_dynamic_reshapes import _entries
 
 
 def _named(e) -> bool:
@@ -43,7 +44,7 @@ def _key(n) -> Optional[tuple]:
             return None
     if n.op_type == "Gather":
         idx = n.inputs[1] if len(n.inputs) > 1 else None
-        if idx is None or _ints(idx) is None:
+        if idx is None or constant_ints(idx) is None:
             return None
         scalar = not idx.initializer.dims
     else:

@@ -22,27 +22,11 @@ from typing import Optional
 import numpy as np
 
 from pyonnxopt.fusion.rule import node_id
-from pyonnxopt.fusion.values import dims
+from pyonnxopt.fusion.values import attr_or_input, constant_ints, dims
 from pyonnxopt.model import Model
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 
 _UNKNOWN = object()
-
-
-def _ints(v) -> Optional[list]:
-    """A constant integer initializer's values (not a graph input)."""
-    if v is None or v.initializer is None or v.is_graph_input or v.initializer.data_type not in (6, 7):
-        return None
-    return [int(x) for x in np.asarray(v.initializer.numpy()).reshape(-1)]
-
-
-def _attr_or_input(node, attr: str, index: int) -> Optional[list]:
-    if attr in node.attributes:
-        a = node.attributes[attr]
-        return list(a) if isinstance(a, (list, tuple)) else [a]
-    if len(node.inputs) > index and node.inputs[index] is not None:
-        return _ints(node.inputs[index])
-    return None
 
 
 def _shape_dims(node) -> Optional[list]:
@@ -60,7 +44,7 @@ def _shape_dims(node) -> Optional[list]:
 def _entries(v) -> Optional[list]:
     """The entries of a 1-D int64 value: int, a symbol (str), or _UNKNOWN;
     None when not even their count is known."""
-    ints = _ints(v)
+    ints = constant_ints(v)
     if ints is not None:
         return ints
     p = v.producer
@@ -69,7 +53,7 @@ def _entries(v) -> Optional[list]:
     if p.op_type == "Shape" and not p.domain:
         return _shape_dims(p)
     if p.op_type == "Unsqueeze" and not p.domain:
-        axes = _attr_or_input(p, "axes", 1)
+        axes = attr_or_input(p, "axes", 1)
         inner = _scalar_entry(p.inputs[0])
         return [inner] if axes in ([0], [-1]) and inner is not None else _unknown_of(v)
     if p.op_type == "Gather":
@@ -78,9 +62,9 @@ def _entries(v) -> Optional[list]:
     if p.op_type == "Slice" and not p.domain and p.inputs[0].producer is not None \
             and p.inputs[0].producer.op_type == "Shape" and len(p.inputs) >= 3:
         shape = _shape_dims(p.inputs[0].producer)
-        starts, ends = _ints(p.inputs[1]), _ints(p.inputs[2])
-        axes = _ints(p.inputs[3]) if len(p.inputs) > 3 and p.inputs[3] is not None else [0]
-        steps = _ints(p.inputs[4]) if len(p.inputs) > 4 and p.inputs[4] is not None else [1]
+        starts, ends = constant_ints(p.inputs[1]), constant_ints(p.inputs[2])
+        axes = constant_ints(p.inputs[3]) if len(p.inputs) > 3 and p.inputs[3] is not None else [0]
+        steps = constant_ints(p.inputs[4]) if len(p.inputs) > 4 and p.inputs[4] is not None else [1]
         if shape is not None and starts and ends and axes in ([0], [-1]) and steps == [1]:
             return shape[slice(*_clamp(starts[0], ends[0], len(shape)))]
         return _unknown_of(v)
@@ -96,7 +80,7 @@ def _clamp(start: int, end: int, n: int) -> tuple:
 def _gathered(p) -> Optional[list]:
     """The entries of Gather(Shape(t), constant indices) along axis 0 (one
     per index; a scalar index gives one), or None."""
-    src, idx = p.inputs[0].producer, _ints(p.inputs[1])
+    src, idx = p.inputs[0].producer, constant_ints(p.inputs[1])
     if p.domain or p.attributes.get("axis", 0) != 0 or src is None or src.op_type != "Shape" or idx is None:
         return None
     shape = _shape_dims(src)
@@ -154,7 +138,7 @@ class ResolveDynamicReshapes(Pass):
                 if n.op_type != "Reshape" or n.domain or n.removed or n.pinned or len(n.inputs) < 2:
                     continue
                 target = n.inputs[1]
-                if target is None or _ints(target) is not None or target.producer is None:
+                if target is None or constant_ints(target) is not None or target.producer is None:
                     continue
                 label = f"'{node_id(n)}' (Reshape)"
                 if n.attributes.get("allowzero", 0):
