@@ -59,6 +59,18 @@ def known_dtype(v: Optional[Value]) -> int:
     return v.type.get("elem_type", 0) or 0
 
 
+def take_over(graph, old: Value, new: Value, old_suffix: str = "_replaced") -> None:
+    """Readers of `old` read `new` (defined before them), and `new` takes
+    `old`'s name and, when it has none, its stated type: a graph output
+    keeps its name. `old` lives on, renamed with `old_suffix`."""
+    name, type_proto = old.name, old.type_proto
+    old.name = graph.unique_name(f"{name}{old_suffix}")
+    graph.replace_all_uses(old, new)
+    new.name = name
+    if type_proto is not None and new.type_proto is None:
+        graph.set_value_type(new, type_proto)
+
+
 class Match:
     """One place the pattern matched: bindings by element name."""
 
@@ -123,12 +135,7 @@ class Edit:
         `old`'s name and stated type: a graph output keeps its name, and the
         rules after this one still see the shape (shape inference may not
         know a com.microsoft op). `old`'s node goes once nothing reads it."""
-        name, type_proto = old.name, old.type_proto
-        old.name = self.graph.unique_name(f"{name}_replaced")
-        self.graph.replace_all_uses(old, new)
-        new.name = name
-        if type_proto is not None and new.type_proto is None:
-            self.graph.set_value_type(new, type_proto)
+        take_over(self.graph, old, new)
 
     def replace_root(self, op_type: str, inputs: list, attrs: Optional[dict] = None, *, domain: str = "",
                      copy_attrs_from: Optional[Node] = None) -> Node:

@@ -42,7 +42,7 @@ from typing import Optional
 import numpy as np
 from onnx import helper
 
-from pyonnxopt.fusion.rule import known_dtype, node_id
+from pyonnxopt.fusion.rule import known_dtype, node_id, take_over
 from pyonnxopt.fusion.rules._channels import type_refusal
 from pyonnxopt.fusion.values import attr_or_input, constant_ints, dims
 from pyonnxopt.model import Model, raw_data
@@ -134,8 +134,7 @@ class _Component:
         self.gemms: list = []  # (MatMul, Add, bias index in the Add)
         self.source = None  # a value outside holding the rows, when they are symbolic and put back
         self.whole: dict = {}  # width -> an entry of that width kept 3-D, whose Shape puts such values back
-        self.shape_nodes = 0  # Shape, Slice and Concat nodes that putting symbolic rows back takes
-        self.opset = 0
+        self.added = 0  # Reshapes and shape nodes the rewrite adds (besides the Gemms)
 
 
 class FlattenLinearRows(Pass):
@@ -160,7 +159,8 @@ class FlattenLinearRows(Pass):
                     continue
                 consumed = [mm.outputs[0].name for mm, _, _ in comp.gemms]
                 produced = [add.outputs[0].name for _, add, _ in comp.gemms]
-                stats["nodes_added"] += _rewrite(comp, g)
+                _rewrite(comp, g, opset)
+                stats["nodes_added"] += comp.added + len(comp.gemms)
                 stats["nodes_removed"] += 2 * len(comp.gemms)
                 stats["rewrites"].append({"what": f"{len(comp.gemms)} Linears as Gemm on rows",
                                           "consumed": consumed, "produced": produced})
@@ -260,15 +260,14 @@ def _plan(c: _Component, g, opset: int) -> Optional[str]:
         k = len(c.rows)
         whole = {t for t in targets if t[0] == k and len(t[1]) == 1 and t[1][0] in c.whole}
         partial = targets - whole
-        c.shape_nodes = len({c.whole[t[1][0]] for t in whole})
+        c.added = len({c.whole[t[1][0]] for t in whole})
         if partial:  # Shape (and a Slice below opset 15), then per target a Concat (and a Slice)
-            c.shape_nodes += 1 + (opset < 15) + len(partial) + sum(1 for lead, _ in partial if lead < k)
-        c.opset = opset
-    added = c.shape_nodes + sum(1 for _, retarget in c.entries if not retarget)
-    added += sum(1 for _, _, others, is_output in c.exits if others or is_output)
-    if added >= len(c.gemms):
+            c.added += 1 + (opset < 15) + len(partial) + sum(1 for lead, _ in partial if lead < k)
+    c.added += sum(1 for _, retarget in c.entries if not retarget)
+    c.added += sum(1 for _, _, others, is_output in c.exits if others or is_output)
+    if c.added >= len(c.gemms):
         gemms = f"{len(c.gemms)} Gemm" + ("s" if len(c.gemms) > 1 else "")
-        return f"{gemms} would take {added} Reshapes and shape nodes"
+        return f"{gemms} would take {c.added} Reshapes and shape nodes"
     return None
 
 
@@ -356,15 +355,12 @@ def _node(g, op_type: str, inputs: list, hint: str, before, **attrs):
     return n.outputs[0]
 
 
-def _rewrite(c: _Component, g) -> int:
-    """Rewrites a planned component; returns how many nodes it added."""
+def _rewrite(c: _Component, g, opset: int) -> None:
+    """Rewrites a planned component (adding the c.added nodes planned)."""
     position = {n: i for i, n in enumerate(g.nodes)}
 
     def earliest(nodes):
         return min(nodes, key=position.__getitem__, default=None)
-
-    added = c.shape_nodes
-    full_types = {w: w.type_proto for w, *_ in c.exits}
 
     for v, retarget in c.entries:
         width = dims(v)[-1]
@@ -375,17 +371,9 @@ def _rewrite(c: _Component, g) -> int:
         readers = [(u, i) for u, i in v.uses if u in c.members]
         flat = _node(g, "Reshape", [v, _int64s(g, [-1, width], f"{v.name}_rows_shape")], f"{v.name}_rows",
                      earliest(u for u, _ in readers))
-        added += 1
         _set_rows_type(g, flat, c.rows, width, like=v)
         for u, i in readers:
             g.set_input(u, i, flat)
-
-    for n in c.nodes:
-        _flatten_node(g, n, len(c.rows) + 1)
-        for v in n.outputs:  # the unread ones too (LayerNormalization's mean): their stated rank changes
-            d = dims(v) if v is not None else None
-            if d is not None and len(d) == len(c.rows) + 1:
-                _set_rows_type(g, v, c.rows, d[-1])
 
     made: dict = {}
     first_reader = earliest(u for _, reshapes, others, _ in c.exits for u, _ in [*reshapes, *others])
@@ -400,7 +388,7 @@ def _rewrite(c: _Component, g) -> int:
                 made[like] = _node(g, "Shape", [like], f"{like.name}_shape", first_reader)
             return made[like]
         if (lead, rest) not in made:
-            if "rows" not in made and c.opset >= 15:
+            if "rows" not in made and opset >= 15:
                 made["rows"] = _node(g, "Shape", [c.source], f"{c.source.name}_rows", first_reader,
                                      start=0, end=len(c.rows))
             elif "rows" not in made:
@@ -416,35 +404,31 @@ def _rewrite(c: _Component, g) -> int:
                                        first_reader, axis=0)
         return made[(lead, rest)]
 
+    # Before the region's values are restated on rows: a put-back value takes
+    # over its value's name and stated (full) type.
     for w, reshapes, others, is_output in c.exits:
         for u, target in reshapes:
             g.set_input(u, 1, row_shape(*target, f"{w.name}_target") if isinstance(target, tuple)
                         else _int64s(g, target, f"{w.name}_target"))
         if others or is_output:
-            added += 1
-            _put_back(g, w, {*c.members, *(u for u, _ in reshapes)},
-                      row_shape(len(c.rows), (dims(w)[-1],), f"{w.name}_shape"),
-                      earliest(u for u, _ in others), full_types[w])
+            back = _node(g, "Reshape", [w, row_shape(len(c.rows), (dims(w)[-1],), f"{w.name}_shape")],
+                         f"{w.name}_unrows", earliest(u for u, _ in others))
+            rows_readers = {*c.members, *(u for u, _ in reshapes), back.producer}
+            kept = [(u, i) for u, i in w.uses if u in rows_readers]
+            take_over(g, w, back, old_suffix="_rows")
+            for u, i in kept:
+                g.set_input(u, i, w)
+
+    for n in c.nodes:
+        _flatten_node(g, n, len(c.rows) + 1)
+        for v in n.outputs:  # the unread ones too (LayerNormalization's mean): their stated rank changes
+            d = dims(v) if v is not None else None
+            if d is not None and len(d) == len(c.rows) + 1:
+                _set_rows_type(g, v, c.rows, d[-1])
 
     for mm, add, bias_index in c.gemms:
         g.replace_node(add, "Gemm", [mm.inputs[0], mm.inputs[1], add.inputs[bias_index]], name=add.name)
         g.remove_node(mm)
-    return added + len(c.gemms)  # the Gemms
-
-
-def _put_back(g, w, rows_readers: set, shape, before, full_type) -> None:
-    """The other readers, and the graph output, read w in its own shape
-    again (the graph output keeps its name); `rows_readers` keep [rows, width]."""
-    name = w.name
-    back = _node(g, "Reshape", [w, shape], f"{name}_unrows", before)
-    kept = [(u, i) for u, i in w.uses if u in rows_readers or u == back.producer]
-    w.name = g.unique_name(f"{name}_rows")
-    g.replace_all_uses(w, back)
-    for u, i in kept:
-        g.set_input(u, i, w)
-    back.name = name
-    if full_type is not None:
-        g.set_value_type(back, full_type)
 
 
 def _flatten_node(g, n, rank: int) -> None:
