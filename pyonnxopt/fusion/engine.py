@@ -120,7 +120,7 @@ def _quantized_reason(nodes: list) -> Optional[str]:
                for v in n.inputs):
             return f"'{n.name}' reads a DequantizeLinear: {why}"
     for n in nodes:
-        if any(r.op_type == "QuantizeLinear" for v in n.outputs for r, _ in v.uses):
+        if any(r.op_type == "QuantizeLinear" for v in n.outputs if v is not None for r, _ in v.uses):
             return f"'{n.name}' feeds a QuantizeLinear: {why}"
     return None
 

@@ -330,3 +330,25 @@ def test_commutative_order_is_retried_when_exclusivity_fails():
     }""")
     # Relu(a) is read by Neg too, so only the swapped order (Relu(b)) may match.
     assert r.stats["near_misses"] == ["Add->y: matched relu=rb"]
+
+
+def test_quantized_guard_reads_past_an_omitted_output():
+    """An --target ort rule matching a node whose middle output is omitted
+    (LayerNormalization's Mean): the QDQ guard skips the empty slot."""
+
+    class LnToIdentity(Rule):
+        name = "test_ln_to_identity"
+        description = "LayerNormalization -> Identity (test only)"
+        only_target = "ort"
+
+        def pattern(self, opset):
+            return Op("LayerNormalization", Var("x"), Var("s"), Var("b"), name="ln")
+
+        def rewrite(self, m, edit):
+            return "test: never rewrites"
+
+    m = pyonnxopt.load(parse("""g (float[2,4] x, float[4] s, float[4] b) => (float[2,4] y, float[2,1] isd) {
+        y, , isd = LayerNormalization <axis = -1> (x, s, b)
+    }"""))
+    r = LnToIdentity().run(m, PassOptions(target="ort"))
+    assert not r.modified
