@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -19,7 +20,7 @@ using namespace ir;
 
 namespace {
 
-constexpr int kMaxSweeps = 64;  // each sweep strictly lowers the count; a bound all the same
+constexpr int kMaxSweeps = 64;  // each sweep lowers the count or moves a Transpose down; a bound all the same
 
 void set_perm(Node& t, const Perm& perm) {
   for (Attribute& a : t.attributes)
@@ -275,14 +276,47 @@ bool reshape_unit_moves(const Model& model, Graph& g, Node* t, FreshNames& names
 
 // One sweep over a graph: every Transpose a start, then the chains.
 // Returns whether anything changed; refusals go to `refused`.
-bool sweep(Model& model, Graph& g, FreshNames& names, PassStats& stats, std::set<std::string>& refused) {
+bool reshape_like(const Node* n) {
+  if (!n || !(n->domain.value.empty() || n->domain.value == "ai.onnx") || n->outputs.size() != 1) return false;
+  const std::string& op = n->op_type.value;
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
+}
+
+// Reshape -> Transpose -> Reshape where the Transpose can move below the
+// second Reshape: moved, the count stays, but the two Reshapes meet and
+// collapse_reshapes makes them one (nn.MultiheadAttention's q and v,
+// [S, B*h, d] -> [B*h, S, d] -> [B, h, S, d]). The plan that moves it just
+// there, or nullopt.
+std::optional<Region> below_next_reshape(const Model& model, const Graph& g, Node* root, const Perm& perm,
+                                         const std::unordered_map<const Node*, size_t>& position) {
+  const Value* in = root->inputs[0];
+  const Value* out = root->outputs[0];
+  if (!reshape_like(in->producer) || in->is_graph_output() || in->uses.size() != 1 || out->is_graph_output() ||
+      out->uses.size() != 1)
+    return std::nullopt;
+  Node* reshape = out->uses[0].node;
+  if (reshape->op_type.value != "Reshape" || !(reshape->domain.value.empty() || reshape->domain.value == "ai.onnx") ||
+      reshape->pinned || reshape->graph != &g || !position.count(reshape))
+    return std::nullopt;
+  PushQuery query{model, g, *reshape, perm, [&](const Value& v) { return &v == out; }, true};
+  Moved moved{reshape, perm, Push{}, position.at(reshape)};
+  if (plan_push(query, moved.push) || moved.push.outputs.empty() || moved.push.outputs[0].empty()) return std::nullopt;
+  Region region;
+  region.root = root;
+  region.root_perm = perm;
+  region.moved.push_back(std::move(moved));
+  return region;
+}
+
+bool sweep(Model& model, Graph& g, FreshNames& names, PassStats& stats, std::set<std::string>& refused,
+           bool regroup) {
   bool changed = false;
   const bool as_nodes = g.is_function_body || (model.ir_version.has && model.ir_version.value < 4);
   const int64_t opset = default_opset(model, g);
   const std::vector<Node*> order = g.topological_order();
   std::unordered_map<const Node*, size_t> position;
   for (size_t i = 0; i < order.size(); ++i) position.emplace(order[i], i);
-  Planner planner(model, g, position);
+  Planner planner(model, g, position, regroup);
   std::set<Graph*> replaced;
   for (Node* root : order) {
     if (root->removed || !is_transpose(*root)) continue;
@@ -295,7 +329,17 @@ bool sweep(Model& model, Graph& g, FreshNames& names, PassStats& stats, std::set
     if (is_identity(*perm)) continue;  // eliminate_nop's
     Region region = planner.grow(root, *perm);
     Roles roles = planner.roles(region);
-    if (roles.delta >= 0) {
+    bool to_next_reshape = false;
+    if (regroup && roles.delta >= 0)
+      if (std::optional<Region> cut = below_next_reshape(model, g, root, *perm, position)) {
+        Roles cut_roles = planner.roles(*cut);
+        if (cut_roles.delta == 0) {
+          region = std::move(*cut);
+          roles = std::move(cut_roles);
+          to_next_reshape = true;
+        }
+      }
+    if (roles.delta >= 0 && !to_next_reshape) {
       refused.insert(planner.refusals().begin(), planner.refusals().end());
       continue;
     }
@@ -328,7 +372,7 @@ PassStats OptimizeTransposes::run(Model& model, const PassOptions&) const {
     std::set<std::string> refused;
     for (int i = 0; i < kMaxSweeps; ++i) {
       refused.clear();
-      if (!sweep(model, *g, names, stats, refused)) break;
+      if (!sweep(model, *g, names, stats, refused, regroup())) break;
     }
     stats.refused.insert(stats.refused.end(), refused.begin(), refused.end());
   }

@@ -56,6 +56,32 @@ class OptimizeTransposes : public Pass {
            "Resize and Softmax until layout flips meet";
   }
   PassStats run(ir::Model& model, const PassOptions& options) const override;
+
+ protected:
+  virtual bool regroup() const { return false; }
+};
+
+// regroup_transposes: the same, where a Reshape may also regroup runs of
+// axes (transpose_push.h), and a Transpose between two Reshapes moves below
+// the second when it can, so that collapse_reshapes merges the two (count
+// unchanged, one node fewer):
+//
+//   a = Reshape(x, [S, B*h, d])                       a = Reshape(x, [S, B, h, d])
+//   b = Transpose<perm=[1,0,2]>(a)              ->    y = Transpose<perm=[1,2,0,3]>(a)
+//   y = Reshape(b, [B, h, S, d])
+//
+// It runs after the fusion rules: fuse_attention reads the head split as
+// exporters write it, and these forms hide it.
+class RegroupTransposes : public OptimizeTransposes {
+ public:
+  const char* name() const override { return "regroup_transposes"; }
+  const char* description() const override {
+    return "optimize_transposes where Reshapes that regroup whole runs of axes let Transposes through, and a "
+           "Transpose between two Reshapes moves below the second (after the fusions)";
+  }
+
+ protected:
+  bool regroup() const override { return true; }
 };
 
 }  // namespace pyonnxopt::passes

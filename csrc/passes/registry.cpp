@@ -21,6 +21,7 @@ const std::vector<std::unique_ptr<Pass>>& registry() {
     v.push_back(std::make_unique<SimplifyAlgebra>());
     v.push_back(std::make_unique<FoldConstants>());
     v.push_back(std::make_unique<OptimizeTransposes>());
+    v.push_back(std::make_unique<RegroupTransposes>());
     v.push_back(std::make_unique<CollapseReshapes>());
     v.push_back(std::make_unique<EliminateCommonSubexpressions>());
     v.push_back(std::make_unique<EliminateDeadCode>());

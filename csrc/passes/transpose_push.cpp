@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <numeric>
 #include <string_view>
 #include <unordered_set>
 
@@ -314,6 +316,112 @@ const char* matmul(const PushQuery& q, Push& out) {
   return start(q, out, 1);
 }
 
+// Reshape(Transpose<q>(v), t) where t only splits and merges runs of axes
+// (size-1 axes aside) and each merged run is one run of v's axes, in
+// order: Reshape(v, the same runs in v's order) then a Transpose putting
+// the runs where t has them. nn.MultiheadAttention's K, [S, B*h, d] ->
+// [B*h, S, d] -> [B, h, S, d], is one: [S, B, h, d] then <1, 2, 0, 3>.
+// At most one size may be unknown, matched by t's one unknown size.
+const char* reshape_runs(const PushQuery& q, const std::vector<int64_t>& dims, std::vector<int64_t> target,
+                         Push& out) {
+  const char* kNot = "the Reshape does not keep the axes the Transpose moves (nor moves whole runs of them)";
+  const Node& n = q.node;
+  if (std::count(dims.begin(), dims.end(), kUnknownDim) > 1 || std::count(dims.begin(), dims.end(), 0)) return kNot;
+  for (size_t j = 0; j < target.size(); ++j)
+    if (target[j] == 0) {
+      if (j >= dims.size()) return kNot;
+      target[j] = dims[j];  // kUnknownDim when it copies the unknown size
+    }
+  if (std::count(target.begin(), target.end(), kUnknownDim) > 1) return kNot;
+  if (std::any_of(target.begin(), target.end(), [](int64_t t) { return t < kUnknownDim || t == 0; })) return kNot;
+  // The unknown sizes become stand-ins that keep numel(dims) = numel(t)
+  // and carry a large prime, so the run holding one holds the other: with
+  // Kd, Kt the known products, dims' unknown is Kt*p and t's is Kd*p.
+  constexpr int64_t kPrime = 2147483647;
+  int64_t kd = 1, kt = 1;
+  for (int64_t d : dims)
+    if (d != kUnknownDim && (d % kPrime == 0 || __builtin_mul_overflow(kd, d, &kd))) return kNot;
+  for (int64_t t : target)
+    if (t != kUnknownDim && (t % kPrime == 0 || __builtin_mul_overflow(kt, t, &kt))) return kNot;
+  std::vector<int64_t> sizes = dims;
+  const auto unknown_dim = std::find(sizes.begin(), sizes.end(), kUnknownDim);
+  const auto free_at = std::find(target.begin(), target.end(), kUnknownDim);
+  const bool has_unknown = unknown_dim != sizes.end();
+  const size_t free_target = static_cast<size_t>(free_at - target.begin());
+  if (has_unknown) {
+    int64_t all = 0;  // every product the runs form fits
+    if (free_at == target.end() || __builtin_mul_overflow(kd, kt, &all) || __builtin_mul_overflow(all, kPrime, &all))
+      return kNot;
+    *unknown_dim = kt * kPrime;
+    *free_at = kd * kPrime;
+  } else if (free_at != target.end()) {
+    if (kd % kt) return kNot;
+    *free_at = kd / kt;
+  } else if (kd != kt) {
+    return kNot;
+  }
+  // v's axes other than size 1, in v's order: rank[a] is axis a's place.
+  const size_t r = dims.size();
+  const Perm from = inverse(q.perm);
+  std::vector<int64_t> rank(r, -1);
+  for (size_t a = 0, k = 0; a < r; ++a)
+    if (sizes[static_cast<size_t>(from[a])] != 1) rank[a] = static_cast<int64_t>(k++);
+  // Runs: the transposed value's axes i..., the target's j..., of equal product.
+  struct Run {
+    int64_t first_place;        // in v's order
+    std::vector<size_t> split;  // the target's axes it becomes
+  };
+  std::vector<Run> runs;
+  size_t i = 0, j = 0;
+  while (true) {
+    while (i < r && sizes[i] == 1) ++i;
+    while (j < target.size() && target[j] == 1) ++j;
+    if (i == r || j == target.size()) break;
+    Run run{rank[static_cast<size_t>(q.perm[i])], {}};
+    int64_t have = sizes[i], want = target[j], last = run.first_place;
+    run.split.push_back(j++);
+    ++i;
+    while (have != want) {
+      if (have < want) {
+        while (i < r && sizes[i] == 1) ++i;
+        if (i == r) return kNot;
+        const int64_t place = rank[static_cast<size_t>(q.perm[i])];
+        if (place != last + 1) return kNot;  // not one run of v's axes
+        last = place;
+        have *= sizes[i++];
+      } else {
+        while (j < target.size() && target[j] == 1) ++j;
+        if (j == target.size()) return kNot;
+        want *= target[j];
+        run.split.push_back(j++);
+      }
+    }
+    runs.push_back(std::move(run));
+  }
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.first_place < b.first_place; });
+  // The new target: the runs in v's order, each size-1 axis of t right after
+  // the axis of t it follows (at the front when none does).
+  std::vector<size_t> order;
+  for (size_t u = 0; u < target.size() && target[u] == 1; ++u) order.push_back(u);
+  for (const Run& run : runs)
+    for (size_t a : run.split) {
+      order.push_back(a);
+      for (size_t u = a + 1; u < target.size() && target[u] == 1; ++u) order.push_back(u);
+    }
+  if (const char* why = start(q, out, 1)) return why;
+  std::vector<int64_t> regrouped;
+  Perm perm(target.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    regrouped.push_back(has_unknown && order[k] == free_target ? -1 : target[order[k]]);
+    perm[order[k]] = static_cast<int64_t>(k);
+  }
+  out.inputs[1].kind = PushedInput::kReplaced;
+  out.inputs[1].tensor = int_tensor(regrouped, fold::kInt64);
+  if (n.attribute("allowzero")) out.attributes.push_back(int_attribute("allowzero", 0));
+  out.outputs[0] = is_identity(perm) ? Perm{} : perm;
+  return nullptr;
+}
+
 // Reshape(Transpose<q>(v), t) where q moves only the first k axes and t
 // keeps them (each entry a 0, that dim, or one -1 with the rest of t
 // holding exactly the other axes' elements): Reshape(v, [0]*k + t[k:])
@@ -330,13 +438,14 @@ const char* reshape(const PushQuery& q, Push& out) {
   std::optional<std::vector<int64_t>> dims = known_shape(n.inputs[0]);
   if (!dims || static_cast<int64_t>(dims->size()) != r) return "the input's rank is unknown";
   const bool allowzero = int_attr(n, "allowzero", 0) != 0;
-  if (static_cast<int64_t>(target->size()) < k) return "the Reshape does not keep the axes the Transpose moves";
   if (allowzero && std::count(target->begin(), target->end(), 0)) return "allowzero with a 0 size in the shape";
+  const char* kNot = "the Reshape does not keep the axes the Transpose moves";
+  if (static_cast<int64_t>(target->size()) < k) return q.regroup ? reshape_runs(q, *dims, *target, out) : kNot;
   bool free_in_prefix = false;
   for (int64_t i = 0; i < k; ++i) {
     const int64_t t = (*target)[static_cast<size_t>(i)], d = (*dims)[static_cast<size_t>(i)];
     if (t == -1) free_in_prefix = true;
-    else if (t != 0 && (d == kUnknownDim || t != d)) return "the Reshape does not keep the axes the Transpose moves";
+    else if (t != 0 && (d == kUnknownDim || t != d)) return q.regroup ? reshape_runs(q, *dims, *target, out) : kNot;
   }
   if (free_in_prefix) {  // -1 stands for that axis only if the rest keeps the other axes' elements
     int64_t have = 1, want = 1;
@@ -345,10 +454,10 @@ const char* reshape(const PushQuery& q, Push& out) {
       have *= (*dims)[static_cast<size_t>(i)];
     }
     for (size_t i = static_cast<size_t>(k); i < target->size(); ++i) {
-      if ((*target)[i] <= 0) return "the Reshape does not keep the axes the Transpose moves";
+      if ((*target)[i] <= 0) return kNot;
       want *= (*target)[i];
     }
-    if (have != want) return "the Reshape does not keep the axes the Transpose moves";
+    if (have != want) return kNot;
   }
   if (const char* why = start(q, out, 1)) return why;
   std::vector<int64_t> kept(static_cast<size_t>(k), 0);

@@ -22,7 +22,11 @@
 //   - Reshape that keeps the first k axes, the ones q moves (each target
 //     entry 0, that size, or one -1 beside a rest that holds exactly the
 //     other axes' elements): the target's first k entries become 0 (copy)
-//     and q' is q on them, the identity after;
+//     and q' is q on them, the identity after; with `regroup`, else, with
+//     at most one unknown size (held by the target's one unknown), a
+//     Reshape that only splits and merges runs of axes, each merged run a
+//     run of v's axes in order: it regroups v's runs in v's order, and q'
+//     puts them where the target has them;
 //   - Slice: axes a -> q[a] (axes made explicit when absent);
 //     Pad: pads[q[i]] <- pads[i] per begin/end half (or its axes remapped);
 //     Resize: scales, sizes and roi reordered the same way.
@@ -78,6 +82,8 @@ struct PushQuery {
   const Perm& perm;  // q
   // Whether an input is Transpose<perm=q>(w) and the caller can give w instead.
   std::function<bool(const ir::Value&)> transposed;
+  // Whether a Reshape may also regroup runs of axes (regroup_transposes).
+  bool regroup = false;
 };
 
 // The node is of no op a Transpose moves through.

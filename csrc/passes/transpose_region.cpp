@@ -43,7 +43,8 @@ Region Planner::grow(Node* root, const Perm& perm) {
     PushQuery query{model_, graph_, *n, perm_here, [&](const Value& v) {
                       auto it = values.find(&v);
                       return it != values.end() ? it->second == perm_here : joinable(v);
-                    }};
+                    },
+                     regroup_};
     Moved m{n, perm_here, Push{}, position};
     const char* why = plan_push(query, m.push);
     if (why == kNoRule) continue;

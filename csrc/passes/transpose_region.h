@@ -49,8 +49,10 @@ struct Roles {
 class Planner {
  public:
   // `position`: each node of `graph` by its place in a topological order.
-  Planner(const ir::Model& model, const ir::Graph& graph, const std::unordered_map<const ir::Node*, size_t>& position)
-      : model_(model), graph_(graph), position_(position) {}
+  // `regroup`: Reshapes may regroup runs of axes (transpose_push.h).
+  Planner(const ir::Model& model, const ir::Graph& graph, const std::unordered_map<const ir::Node*, size_t>& position,
+          bool regroup)
+      : model_(model), graph_(graph), position_(position), regroup_(regroup) {}
 
   Region grow(ir::Node* root, const Perm& perm);
   // The region's values, sources, readers and count change, as it stands.
@@ -64,6 +66,7 @@ class Planner {
   const ir::Model& model_;
   const ir::Graph& graph_;
   const std::unordered_map<const ir::Node*, size_t>& position_;
+  const bool regroup_;
   std::vector<std::string> refusals_;
 
   bool cancels(const ir::Node* t, const ir::Value* v, const ir::Value* existing);

@@ -1,0 +1,29 @@
+"""bench/head_layouts.py: every layout builds, runs, and computes what the
+exported one computes (one round, one block)."""
+
+import json
+import os
+import sys
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+sys.path.insert(0, BENCH)
+
+import head_layouts  # noqa: E402
+
+
+def test_every_layout_runs_and_agrees(tmp_path, monkeypatch):
+    monkeypatch.setattr(head_layouts, "L", 1)
+    out = tmp_path / "r.json"
+    head_layouts.main(["--rounds", "1", "--json", str(out)])
+    layouts = json.loads(out.read_text())["layouts"]
+    assert set(layouts) == set(head_layouts.LAYOUTS) - {"exported"}
+    assert all(r[level]["ratio"] > 0 for r in layouts.values() for level in ("disable", "all"))
+
+
+def test_head_major_has_half_the_transposes():
+    import onnx
+
+    counts = {name: sum(n.op_type == "Transpose" for n in onnx.load_from_string(head_layouts.model(name)).graph.node)
+              for name in head_layouts.LAYOUTS}
+    L = head_layouts.L
+    assert counts == {"exported": 4 * L, "head_major": 2 * L, "packed_qkv": 3 * L}
