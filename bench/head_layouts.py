@@ -26,9 +26,8 @@ import json
 
 import numpy as np
 import onnxruntime as ort
+from fused_ops import RNG, B, H, S, _model, time_case
 from onnx import helper
-
-from fused_ops import B, H, RNG, S, _model, time_case
 
 HEADS, D, L = 12, 64, 4
 WEIGHTS = {k: (RNG.standard_normal((H, H)) * 0.03).astype(np.float32) for k in "qkvo"}

@@ -8,7 +8,7 @@ import sys
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
 
-import head_layouts  # noqa: E402
+import head_layouts
 
 
 def test_every_layout_runs_and_agrees(tmp_path, monkeypatch):

@@ -5,11 +5,10 @@ refusals; numbers in onnxruntime; it waits for fuse_attention."""
 
 import numpy as np
 import pytest
+from helpers import ops, outputs, parse, random_feeds, run_pass, structure
 
 import pyonnxopt
 from pyonnxopt.passes import PassOptions, get
-
-from helpers import ops, outputs, parse, random_feeds, run_pass, structure
 
 
 def same_numbers(before, after, feeds=None):
@@ -46,7 +45,7 @@ def test_reshape_adding_a_size_1_axis_lets_heads_meet_the_key_transpose():
     # nn.MultiheadAttention with batch 1: k [S, h, d] -> [h, S, d] -> the
     # SDPA view [1, h, S, d] -> Kᵀ. The view adds a size-1 axis only, so
     # the first Transpose moves below it and the two become one.
-    m, r = regrouped("""g (float[5,3,4] x) => (float[1,3,4,5] y) <int64[4] s = {1, 3, 5, 4}> {
+    m, _ = regrouped("""g (float[5,3,4] x) => (float[1,3,4,5] y) <int64[4] s = {1, 3, 5, 4}> {
         t = Transpose <perm = [1, 0, 2]> (x)
         r = Reshape(t, s)
         y = Transpose <perm = [0, 1, 3, 2]> (r)
@@ -59,7 +58,7 @@ def test_reshape_adding_a_size_1_axis_lets_heads_meet_the_key_transpose():
 def test_reshape_splitting_an_unknown_size_lets_heads_meet_the_key_transpose(symbolic):
     # With a dynamic batch: [S, B*h, d] -> [B*h, S, d] -> [B, h, S, d]. B*h
     # is unknown, and the target's -1 is the only size that can hold it.
-    m, r = regrouped("""g (float[5,N,4] x) => (float[M,2,4,5] y) <int64[4] s = {-1, 2, 5, 4}> {
+    m, _ = regrouped("""g (float[5,N,4] x) => (float[M,2,4,5] y) <int64[4] s = {-1, 2, 5, 4}> {
         t = Transpose <perm = [1, 0, 2]> (x)
         r = Reshape(t, s)
         y = Transpose <perm = [0, 1, 3, 2]> (r)
@@ -70,7 +69,7 @@ def test_reshape_splitting_an_unknown_size_lets_heads_meet_the_key_transpose(sym
 
 def test_reshape_merging_a_run_of_axes_lets_the_transposes_cancel():
     # The merged axes (4 and 5) are v's axes 2 and 3, in order.
-    m, r = regrouped("""g (float[2,3,4,5] x) => (float[2,3,20] y) <int64[3] s = {2, 20, -1}> {
+    m, _ = regrouped("""g (float[2,3,4,5] x) => (float[2,3,20] y) <int64[3] s = {2, 20, -1}> {
         t = Transpose <perm = [0, 2, 3, 1]> (x)
         r = Reshape(t, s)
         y = Transpose <perm = [0, 2, 1]> (r)
@@ -79,7 +78,7 @@ def test_reshape_merging_a_run_of_axes_lets_the_transposes_cancel():
 
 
 def test_reshape_splitting_and_adding_size_1_axes():
-    m, r = regrouped("""g (float[6,4] x) => (float[3,1,4,2] y) <int64[4] s = {4, 1, 2, 3}> {
+    m, _ = regrouped("""g (float[6,4] x) => (float[3,1,4,2] y) <int64[4] s = {4, 1, 2, 3}> {
         t = Transpose <perm = [1, 0]> (x)
         r = Reshape(t, s)
         y = Transpose <perm = [3, 1, 0, 2]> (r)
@@ -126,7 +125,7 @@ def test_optimize_transposes_itself_does_not_regroup():
 def test_transpose_between_reshapes_moves_below_and_they_merge(batch, symbolic):
     # nn.MultiheadAttention's q: [S, B, E] -> [S, B*h, d] -> [B*h, S, d] -> [B, h, S, d].
     bh = "4" if batch == "1" else "-1"
-    m, r = regrouped(f"""g (float[5,{batch},8] x) => (float[{batch},4,5,2] y)
+    m, _ = regrouped(f"""g (float[5,{batch},8] x) => (float[{batch},4,5,2] y)
             <int64[3] a = {{5, {bh}, 2}}, int64[4] b = {{{'1' if batch == '1' else '-1'}, 4, 5, 2}}> {{
         f = Reshape(x, a)
         t = Transpose <perm = [1, 0, 2]> (f)
@@ -161,7 +160,6 @@ def test_transpose_read_twice_stays_between_reshapes():
 
 def _mha(batch: int, opset: int):
     import torch
-
     from transformer_helpers import export
 
     class SelfAttention(torch.nn.Module):
