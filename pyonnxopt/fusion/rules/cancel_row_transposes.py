@@ -1,26 +1,30 @@
-"""cancel_row_transposes: a Transpose that only reorders the rows a Gemm or
-MatMul works on, flattened and unflattened around it, and the Transpose
-that puts them back, both go.
+"""cancel_row_transposes: a Transpose that reorders the rows a Gemm or
+MatMul works on, flattened and unflattened around it, is undone by the
+first Transpose: the second goes, and the first takes its row order.
 
-    t = Transpose(x, q)                   q keeps the last axis: it reorders rows
+    t = Transpose(x, q)                   rows: t's leading j axes; columns: the rest
     f = Reshape(t, [-1, K])               all rows, one after another
     g = Gemm(f, b, c) | MatMul(f, b)      each row alone (b 2-d)
     u = Reshape(g, t's leading dims + [N])
-    y = Transpose(u, q^-1)
- -> y = Reshape(Gemm(Reshape(x, [-1, K]), b, c), x's leading dims + [N])
+    y = Transpose(u, p)                   p keeps the last axis: it reorders rows
+ -> y = Reshape(Gemm(Reshape(Transpose(x, q'), [-1, K]), b, c), y's dims)
+    q'[i] = q[p[i]] for the row axes, q[i] for the others; no Transpose
+    where q' is the identity (p undoes q).
 
 torch's nn.MultiheadAttention with a dynamic batch writes this around its
-output projection ([S, B, E] in, [B, S, E] out); with batch 1 the two
-Transposes are Reshapes already.
+output projection: [B, S, E] in, [S, B, E] rows through it, [B, S, E] out,
+where the two Transposes go; from heads [B, h, S, d] merged as [S, B, h*d],
+one Transpose to [B, S, h, d] stays; with batch 1 the Transposes are
+Reshapes already.
 
 Refuses when:
- 1. q moves the last axis, or the two perms are not inverses;
+ 1. p moves the last axis, or moves nothing;
  2. Gemm transposes its first input or has a C that is not one row (a
     bias per row would follow the rows), or MatMul's second input is not 2-d;
- 3. the flatten does not make [rows, K] of t, or the unflatten's leading
-    dims are not provably t's;
- 4. the result's shape (x's leading dims, N) holds more than one unknown (it would have
-    to be computed at run time).
+ 3. the flatten does not make [rows, K] of t with K t's trailing dims
+    (known), or the unflatten's leading dims are not provably t's;
+ 4. the result's shape holds more than one unknown (it would have to be
+    computed at run time).
 """
 
 from __future__ import annotations
@@ -52,16 +56,9 @@ class CancelRowTransposes(Rule):
         return [_variant("Gemm"), _variant("MatMul")]
 
     def check(self, m: Match) -> Optional[str]:
-        x = dims(m["x"])
-        if x is None or len(x) < 3:
+        x, t = dims(m["x"]), dims(m["t_in"].outputs[0])
+        if x is None or len(x) < 3 or t is None:
             return "the transposed value's rank is unknown or below 3"
-        r = len(x)
-        q = m["t_in"].attributes.get("perm", list(reversed(range(r))))
-        p = m["t_out"].attributes.get("perm", list(reversed(range(r))))
-        if q[-1] != r - 1:
-            return f"the first Transpose {q} moves the last axis"
-        if len(p) != r or any(q[p[i]] != i for i in range(r)):
-            return f"the Transposes {q} and {p} are not inverses"
         rows = m["rows"]
         if rows.op_type == "Gemm" and rows.attributes.get("transA", 0):
             return "the Gemm transposes its first input"
@@ -71,20 +68,29 @@ class CancelRowTransposes(Rule):
                 return f"the Gemm's C {c} may differ from row to row"
         if rows.op_type == "MatMul" and len(m.shape("b") or []) != 2:
             return "MatMul's second input is not known to be 2-d"
-        flat, out, t = dims(m["flatten"].outputs[0]), dims(m["unflatten"].outputs[0]), dims(m["t_in"].outputs[0])
-        if flat is None or len(flat) != 2 or not isinstance(x[-1], int) or flat[1] != x[-1]:
-            return f"the flatten to {flat} does not make rows of the last axis ({x[-1]})"
-        if out is None or t is None or len(out) != r or not all(same_dim(a, b) for a, b in zip(out[:-1], t[:-1])):
-            return f"the unflatten to {out} does not provably give back the rows' dims {t[:-1] if t else t}"
+        flat, out = dims(m["flatten"].outputs[0]), dims(m["unflatten"].outputs[0])
+        j = _row_axes(m)
+        if flat is None or len(flat) != 2 or out is None or j is None:
+            return f"the flatten to {flat} does not make rows of t {t} and columns of its last dims (known)"
+        if not all(same_dim(a, b) for a, b in zip(out[:-1], t[:j])):
+            return f"the unflatten to {out} does not provably give back the rows' dims {t[:j]}"
+        p = _perm(m["t_out"], j + 1)
+        if p[-1] != j:
+            return f"the second Transpose {p} moves the last axis"
+        if p == list(range(j + 1)):
+            return f"the second Transpose {p} moves nothing"
         if 0 in m.array("flat_shape").reshape(-1).tolist():
             return "the flatten copies a dim (a 0 in its shape), which x has elsewhere"
         if _target(m).count(-1) > 1:
-            return f"the result's shape {x[:-1] + out[-1:]} has more than one unknown dim"
+            return f"the result's shape {_target(m)} has more than one unknown dim"
         return None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        rows = m["rows"]
-        (flat,) = edit.node("Reshape", [m["x"], m["flat_shape"]], hint=f"{m['flatten'].name or 'flatten'}_rows")
+        rows, x = m["rows"], m["x"]
+        q = _rows_first(m)
+        if q != list(range(len(q))):
+            (x,) = edit.node("Transpose", [x], {"perm": q}, hint=f"{m['t_in'].name or 'transpose'}_rows")
+        (flat,) = edit.node("Reshape", [x, m["flat_shape"]], hint=f"{m['flatten'].name or 'flatten'}_rows")
         inputs = [flat, m["b"]] + ([m["c"]] if "c" in m and m["c"] is not None else [])
         (g,) = edit.node(rows.op_type, inputs, hint=f"{rows.name or rows.op_type}_rows")
         edit.added[-1].copy_attributes(rows)
@@ -92,7 +98,35 @@ class CancelRowTransposes(Rule):
         return None
 
 
+def _perm(node, rank: int) -> list:
+    return list(node.attributes.get("perm", list(reversed(range(rank)))))
+
+
+def _row_axes(m: Match) -> Optional[int]:
+    """j, the number of t's leading axes the flatten makes rows of (the
+    unflatten gives them back, and N): None unless t's other dims are known
+    and hold the flatten's K."""
+    t, flat, out = dims(m["t_in"].outputs[0]), dims(m["flatten"].outputs[0]), dims(m["unflatten"].outputs[0])
+    if t is None or flat is None or out is None or len(flat) != 2:
+        return None
+    j = len(out) - 1
+    columns = t[j:]
+    if not 1 <= j < len(t) or not all(isinstance(d, int) for d in columns) or not isinstance(flat[1], int):
+        return None
+    return j if int(np.prod(columns)) == flat[1] else None
+
+
+def _rows_first(m: Match) -> list:
+    """q': the first Transpose with the row order the second one asks for."""
+    j = _row_axes(m)
+    q, p = _perm(m["t_in"], len(dims(m["x"]))), _perm(m["t_out"], j + 1)
+    return [q[p[i]] for i in range(j)] + q[j:]
+
+
 def _target(m: Match) -> list:
-    """x's leading dims and the product's columns, -1 for an unknown."""
-    x, out = dims(m["x"]), dims(m["unflatten"].outputs[0])
-    return [d if isinstance(d, int) else -1 for d in x[:-1] + out[-1:]]
+    """The result's dims, t's row dims in the second Transpose's order and
+    the product's columns, -1 for an unknown."""
+    t, out = dims(m["t_in"].outputs[0]), dims(m["unflatten"].outputs[0])
+    j = _row_axes(m)
+    p = _perm(m["t_out"], j + 1)
+    return [d if isinstance(d, int) else -1 for d in [t[p[i]] for i in range(j)] + out[-1:]]
