@@ -8,8 +8,10 @@ Records are JSON-safe: a metric that is not a finite number is null
 0.0 when there are none). Non-finite values count as equal when both
 arrays hold the same one (NaN, +inf or -inf) at the same place; the
 metrics are taken over the places where both are finite. An intermediate
-may be compared in another layout (`layout`: the permutation of the
-original's axes that gives the optimized tensor).
+may be compared in another layout: `reshaped`, the optimized tensor's
+shape where it holds the same elements in the same order (a pass ran a
+region on rows, [B, S, E] -> [B*S, E]), or `layout`, the permutation of the
+original's axes that gives the optimized tensor.
 """
 
 from __future__ import annotations
@@ -66,9 +68,15 @@ MAX_LAYOUTS_TRIED = 24  # permutations giving the new shape; more only with many
 
 
 def _in_another_layout(expected, actual, atol: float, rtol: float) -> Optional[dict]:
-    """The comparison with expected's axes permuted, for the first
-    permutation that gives actual's shape and passes; None when none does."""
-    if expected.ndim != actual.ndim or expected.size != actual.size or expected.dtype != actual.dtype:
+    """The comparison with expected reshaped to actual's shape, or with its
+    axes permuted, for the first permutation that gives actual's shape and
+    passes; None when none does."""
+    if expected.size != actual.size or expected.dtype != actual.dtype:
+        return None
+    record = compare_arrays(expected.reshape(actual.shape), actual, atol, rtol)
+    if record["ok"]:
+        return {**record, "shape": list(expected.shape), "reshaped": list(actual.shape)}
+    if expected.ndim != actual.ndim:
         return None
     tried = 0
     for perm in itertools.permutations(range(expected.ndim)):

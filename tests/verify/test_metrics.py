@@ -87,6 +87,16 @@ def test_merge_keeps_the_worst_and_adds_histograms():
     assert merge(good, shape)["mismatch"] == "shape [4] became [3]"
 
 
+def test_an_intermediate_on_rows_is_compared_reshaped():
+    # flatten_linear_rows keeps a region's names and runs it on [B*S, E]
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    r = compare_arrays(x, x.reshape(6, 4), 1e-4, 1e-3, layouts=True)
+    assert r["ok"] and r["reshaped"] == [6, 4] and r["shape"] == [2, 3, 4] and "layout" not in r
+    assert not compare_arrays(x, x.reshape(6, 4), 1e-4, 1e-3)["ok"]  # outputs keep their shape
+    r = compare_arrays(x, x.reshape(6, 4) + 1, 1e-4, 1e-3, layouts=True)
+    assert not r["ok"] and r["mismatch"] == "shape [2, 3, 4] became [6, 4]"
+
+
 def test_an_intermediate_in_another_layout_is_compared_permuted():
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     moved = x.transpose(1, 0, 2).copy()

@@ -5,6 +5,7 @@ import onnx
 import pytest
 from verify_models import W2, chain, random_noise, reshaped_h1, save, with_custom_op
 
+from pyonnxopt import optimize
 from pyonnxopt.cli import main
 from pyonnxopt.errors import Error
 from pyonnxopt.verify import run as run_module
@@ -67,13 +68,26 @@ def test_float16_tolerance_is_per_dtype(tmp_path, capsys):
     assert verify(original, shifted, samples=3, tolerances={"float32": {"atol": 1.0}})["ok"] is False
 
 
-def test_a_shape_change_is_a_mismatch(tmp_path):
+def test_a_reshaped_intermediate_holding_the_same_elements_matches(tmp_path):
     r = verify(save(chain(), tmp_path / "a.onnx"), save(reshaped_h1(), tmp_path / "b.onnx"))
     by_name = {x["name"]: x for x in r["layers"]}
-    assert by_name["h1"]["mismatch"] == "shape [1, 4] became [4]" and by_name["h1"]["max_abs"] is None
-    assert r["outputs"][0]["ok"] and r["first_mismatch"] == "h1" and not r["ok"]
+    assert by_name["h1"]["ok"] and by_name["h1"]["reshaped"] == [4] and by_name["h1"]["shape"] == [1, 4]
+    assert r["ok"] and r["first_mismatch"] is None
     assert r["structure"]["added_nodes"] == [{"name": "flat", "op_type": "Reshape"},
                                              {"name": "unflat", "op_type": "Reshape"}]
+
+
+def test_a_shape_change_with_other_elements_is_a_mismatch(tmp_path):
+    from onnx import numpy_helper
+
+    from verify_models import W1
+
+    changed = reshaped_h1()
+    changed.graph.initializer[0].CopyFrom(numpy_helper.from_array(W1 + 1, "w1"))
+    r = verify(save(chain(), tmp_path / "a.onnx"), save(changed, tmp_path / "b.onnx"))
+    by_name = {x["name"]: x for x in r["layers"]}
+    assert by_name["h1"]["mismatch"] == "shape [1, 4] became [4]" and by_name["h1"]["max_abs"] is None
+    assert r["first_mismatch"] == "h1" and not r["ok"]
 
 
 def test_streaming_in_groups_gives_the_same_result(models, monkeypatch):
@@ -247,3 +261,28 @@ def test_a_transposed_intermediate_is_compared_in_its_new_layout(tmp_path):
     r = verify(save(original, tmp_path / "a.onnx"), save(moved, tmp_path / "b.onnx"))
     h = {x["name"]: x for x in r["layers"]}["h"]
     assert r["ok"] and h["ok"] and h["layout"] == [1, 0]
+
+
+def test_a_region_run_on_rows_verifies(tmp_path):
+    # flatten_linear_rows restates [2, 12, 64] values as [24, 64] under their names
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {f"w{i}": rng.standard_normal((64, 64)).astype(np.float32) for i in (1, 2, 3)}
+    weights.update({f"b{i}": rng.standard_normal(64).astype(np.float32) for i in (1, 2, 3)})
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["a1"]),
+             helper.make_node("Relu", ["a1"], ["r1"]), helper.make_node("MatMul", ["r1", "w2"], ["m2"]),
+             helper.make_node("Add", ["m2", "b2"], ["a2"]), helper.make_node("Relu", ["a2"], ["r2"]),
+             helper.make_node("MatMul", ["r2", "w3"], ["m3"]), helper.make_node("Add", ["m3", "b3"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 12, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 12, 64])],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    original = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+                    tmp_path / "a.onnx")
+    optimized = str(tmp_path / "b.onnx")
+    optimize(original, optimized)
+    assert [n.op_type for n in onnx.load(optimized).graph.node].count("Gemm") == 3
+    r = verify(original, optimized)
+    assert r["ok"], [x for x in r["layers"] if not x["ok"]]
+    assert any(x.get("reshaped") == [24, 64] for x in r["layers"])
