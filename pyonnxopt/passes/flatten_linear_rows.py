@@ -18,8 +18,10 @@ wraps each Linear in Reshape -> Gemm -> Reshape).
 
 A region is a connected set of row-wise nodes whose values share the
 leading dims (the rows): elementwise ops whose other operands broadcast
-along the last axis only, MatMul by a rank-2 value, LayerNormalization,
-Softmax and reductions over the last axis. Where the region starts, a
+along the last axis only (onnxruntime's BiasGelu, FastGelu, Gelu and
+QuickGelu too), MatMul by a rank-2 value, LayerNormalization,
+RMSNormalization, SimplifiedLayerNormalization, Softmax and reductions
+over the last axis. Where the region starts, a
 Reshape to [-1, K] goes in, unless the value came from a Reshape already
 (its target changes). Where it ends, a Reshape back goes in, unless the
 reader is a Reshape (its target is kept, or rewritten where a 0 copied a
@@ -59,7 +61,10 @@ _ELEMENTWISE = frozenset({
     "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "Tan",
     "Tanh", "ThresholdedRelu", "Where", "Xor",
 })
-_LAST_AXIS = frozenset({"Softmax", "LogSoftmax", "Hardmax", "LayerNormalization"})
+# onnxruntime's (--target ort): the bias, where there is one, is 1-D.
+_ELEMENTWISE_MS = frozenset({"BiasGelu", "FastGelu", "Gelu", "QuickGelu"})
+_LAST_AXIS = frozenset({"Softmax", "LogSoftmax", "Hardmax", "LayerNormalization", "RMSNormalization",
+                        "SimplifiedLayerNormalization"})
 _REDUCE = frozenset({
     "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd",
     "ReduceSum", "ReduceSumSquare",
@@ -87,9 +92,14 @@ def _broadcast_row(v, rows: tuple, width) -> bool:
     return len(d) <= 2 or (v.initializer is not None and not v.is_graph_input)
 
 
+def _elementwise(n) -> bool:
+    return n.op_type in (_ELEMENTWISE_MS if n.domain == "com.microsoft" else _ELEMENTWISE if not n.domain else ())
+
+
 def _row_op_rows(n, g, opset: int, foreign: set) -> Optional[tuple]:
     """The rows of a row-wise node (the leading dims of its output), or None."""
-    if n.domain or n.pinned or n.removed or n.subgraphs or not n.outputs or n.outputs[0] is None:
+    if (n.domain and not _elementwise(n)) or n.pinned or n.removed or n.subgraphs or not n.outputs \
+            or n.outputs[0] is None:
         return None
     out = n.outputs[0]
     d = dims(out)
@@ -103,7 +113,7 @@ def _row_op_rows(n, g, opset: int, foreign: set) -> Optional[tuple]:
         w = dims(n.inputs[1])
         return rows if _rows_of(n.inputs[0], rows) and w is not None and len(w) == 2 and w[1] == width else None
     if op in _LAST_AXIS:
-        default = -1 if op == "LayerNormalization" or opset >= 13 else 1
+        default = -1 if op not in ("Softmax", "LogSoftmax", "Hardmax") or opset >= 13 else 1
         if n.attributes.get("axis", default) not in (-1, rank - 1) or dims(n.inputs[0]) != d:
             return None
         params = [v for v in n.inputs[1:] if v is not None]
@@ -112,7 +122,7 @@ def _row_op_rows(n, g, opset: int, foreign: set) -> Optional[tuple]:
         if n.attributes.get("keepdims", 1) != 1 or attr_or_input(n, "axes", 1) not in ([-1], [rank - 1]) or width != 1:
             return None
         return rows if _rows_of(n.inputs[0], rows) else None
-    if op not in _ELEMENTWISE:
+    if not _elementwise(n):
         return None
     inputs = [v for v in n.inputs if v is not None]  # Clip's bounds, Dropout's ratio: scalars, broadcast
     row_inputs = [v for v in inputs if _rows_of(v, rows)]
@@ -440,7 +450,7 @@ def _flatten_node(g, n, rank: int) -> None:
             n.set_attribute("axes", [-1])
         elif len(n.inputs) > 1 and n.inputs[1] is not None:
             g.set_input(n, 1, _int64s(g, [-1], f"{node_id(n)}_axes"))
-    elif n.op_type in _ELEMENTWISE:
+    elif _elementwise(n):
         for i, v in enumerate(n.inputs):
             d = dims(v) if v is not None else None
             if d is not None and len(d) > 2 and v.initializer is not None and not v.is_graph_input:

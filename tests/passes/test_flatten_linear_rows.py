@@ -285,3 +285,39 @@ def test_a_reshape_between_two_regions_takes_the_first_ones_rows():
     swap = next(n for n in m.graph.nodes if n.outputs[0].name == "s0")
     assert swap.inputs[1].initializer.numpy().tolist() == [3, 2, 8]
     assert_same(proto, m)
+
+
+def test_onnxruntime_row_wise_ops_join_the_region():
+    """--target ort writes BiasGelu (a 1-D bias) and keeps the region going;
+    SimplifiedLayerNormalization (RMS norm) normalizes each row alone. onnx
+    infers neither: the fusions that write them give their outputs' types."""
+    proto = with_weights("""g (float[2,4,8] x) => (float[2,4,8] y) <float[2,4,16] g, float[2,4,8] n> {
+        h = MatMul (x, w1)   g = com.microsoft.BiasGelu (h, b1)
+        o = MatMul (g, w2)   ob = Add (o, b2)   s = Add (ob, x)
+        n = SimplifiedLayerNormalization <axis = -1, epsilon = 0.00001> (s, gamma)
+        p = MatMul (n, w3)   pb = Add (p, b3)   t = Tanh (pb)
+        q = MatMul (t, w4)   y = Add (q, b4)
+    }""", **rng_weights(w1=(8, 16), b1=(16,), w2=(16, 8), b2=(8,), w3=(8, 8), b3=(8,), w4=(8, 8), b4=(8,),
+                        gamma=(8,)))
+    proto.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    m = pyonnxopt.load(proto)
+    get("infer_shapes").run(m)
+    r = get(PASS).run(m, PassOptions(target="ort"))
+    assert r.modified, r.stats["refused"]
+    assert [n.op_type for n in m.graph.nodes] == [
+        "Reshape", "MatMul", "BiasGelu", "Gemm", "Add", "SimplifiedLayerNormalization", "Gemm", "Tanh", "Gemm",
+        "Reshape"]
+    assert m.check_invariants() == []
+    assert_same(proto, m)
+
+
+def test_rms_normalization_over_the_last_axis_is_row_wise():
+    proto = with_weights("""g (float[2,4,8] x) => (float[2,4,8] y) {
+        h = MatMul (x, w1)   hb = Add (h, b1)   n = RMSNormalization <axis = -1> (hb, gamma)
+        o = MatMul (n, w2)   ob = Add (o, b2)   r = Relu (ob)
+        p = MatMul (r, w3)   y = Add (p, b3)
+    }""", opset=23, **rng_weights(w1=(8, 8), b1=(8,), gamma=(8,), w2=(8, 8), b2=(8,), w3=(8, 8), b3=(8,)))
+    m, r = flattened(proto)
+    assert [n.op_type for n in m.graph.nodes] == ["Reshape", "Gemm", "RMSNormalization", "Gemm", "Relu", "Gemm",
+                                                  "Reshape"]
+    assert_same(proto, m)
