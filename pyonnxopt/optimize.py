@@ -15,6 +15,7 @@ from pyonnxopt.errors import Error, ModelError, VerificationError
 from pyonnxopt.model import Model, load
 from pyonnxopt.opset import default_opset, upgrade
 from pyonnxopt.passes import PassOptions, run_passes
+from pyonnxopt.passes.manager import MAX_ITERATIONS
 
 REPORT_VERSION = 2
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def optimize(
     check_outputs: bool = True,
     force: bool = False,
     seed: int = 0,
-    max_iterations: int = 10,
+    max_iterations: int = MAX_ITERATIONS,
     exclude_nodes: Iterable[str] = (),
     prune_outputs: Iterable[str] = (),
     fold_size_limit: int = 1 << 20,

@@ -82,6 +82,13 @@ def test_passes_lists_the_native_passes(capsys):
     assert {"eliminate_dead_code", "eliminate_identity", "eliminate_dropout"} <= set(names)
 
 
+def test_passes_table_keeps_bracketed_text(capsys, monkeypatch):
+    # rich reads "[rows, K]" as a markup tag and would drop it
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["passes"]) == 0
+    assert "runs on [rows, K], each Linear one Gemm" in capsys.readouterr().out
+
+
 def test_python_dash_m(cnn_path):
     r = subprocess.run([sys.executable, "-m", "pyonnxopt", "info", str(cnn_path), "--json"], capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout)["node_count"] == 16

@@ -3,7 +3,7 @@ memory and (with two models) an interleaved A/B ratio, in onnxruntime."""
 
 from __future__ import annotations
 
-from pyonnxopt.cli.render import console
+from pyonnxopt.cli.render import console, esc
 from pyonnxopt.files import to_json, write_atomic
 
 
@@ -76,7 +76,7 @@ def render(result: dict) -> None:
               f"{', batch ' + str(s['batch_size']) if s['batch_size'] else ''}")
     for m in result["models"]:
         lat = m["latency_ms"]
-        table = Table(title=f"{m['label']}: {m['path']}", show_header=False)
+        table = Table(title=f"{esc(m['label'])}: {esc(m['path'])}", show_header=False)
         table.add_column("metric")
         table.add_column("value", justify="right")
         rows = [("session create, cold (fresh process)", _seconds(m["session_create_cold_s"])),
@@ -121,5 +121,5 @@ def render_profile(out, m: dict) -> None:
     for col, justify in (("node", "left"), ("op type", "left"), ("ms/run", "right"), ("share", "right")):
         nodes.add_column(col, justify=justify)
     for r in p["top_nodes"]:
-        nodes.add_row(r["name"], r["op_type"], f"{r['ms']:.3f}", f"{100 * r['share']:.1f}%")
+        nodes.add_row(esc(r["name"]), esc(r["op_type"]), f"{r['ms']:.3f}", f"{100 * r['share']:.1f}%")
     out.print(nodes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pyonnxopt.cli.render import console
+from pyonnxopt.cli.render import console, esc
 from pyonnxopt.files import human_bytes
 
 
@@ -34,7 +34,7 @@ def render(info: dict) -> None:
     from rich.table import Table
 
     out = console()
-    overview = Table(title=f"[bold]{info['path'] or 'model'}[/bold]", show_header=False, box=None)
+    overview = Table(title=f"[bold]{esc(info['path'] or 'model')}[/bold]", show_header=False, box=None)
     overview.add_column(style="cyan")
     overview.add_column()
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in info["opset_imports"].items())
@@ -52,7 +52,7 @@ def render(info: dict) -> None:
         ("functions", ", ".join(info["functions"]) or "0"),
     ]
     for k, v in rows:
-        overview.add_row(k, v)
+        overview.add_row(k, esc(v))
     out.print(overview)
 
     io = Table(title="inputs and outputs")
@@ -60,14 +60,14 @@ def render(info: dict) -> None:
         io.add_column(col)
     for kind in ("inputs", "outputs"):
         for v in info[kind]:
-            io.add_row(kind[:-1], v["name"], v["type"])
+            io.add_row(kind[:-1], esc(v["name"]), esc(v["type"]))
     out.print(io)
 
     ops = Table(title="nodes by op type")
     ops.add_column("op type")
     ops.add_column("count", justify="right")
     for op, n in info["op_counts"].items():
-        ops.add_row(op, str(n))
+        ops.add_row(esc(op), str(n))
     out.print(ops)
 
     if info["external_data"]:
@@ -75,5 +75,5 @@ def render(info: dict) -> None:
         for col in ("file", "tensors", "bytes"):
             ext.add_column(col)
         for e in info["external_data"]:
-            ext.add_row(e["location"], str(e["tensors"]), human_bytes(e["bytes"]))
+            ext.add_row(esc(e["location"]), str(e["tensors"]), human_bytes(e["bytes"]))
         out.print(ext)

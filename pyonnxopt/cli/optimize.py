@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from pyonnxopt.cli.render import console
+from pyonnxopt.cli.render import console, esc
 from pyonnxopt.files import to_json, write_atomic
 
 
@@ -152,17 +152,17 @@ def render_explain(report: dict, rules: list) -> None:
     for rule in rules:
         runs = [r for r in report["passes"] if r["name"] == rule]
         if not runs:
-            out.print(f"{rule}: did not run (skipped, or not in --passes)")
+            out.print(f"{esc(rule)}: did not run (skipped, or not in --passes)")
             continue
-        table = Table(title=f"{rule}: {sum(len(r['rewrites']) for r in runs)} fired")
+        table = Table(title=f"{esc(rule)}: {sum(len(r['rewrites']) for r in runs)} fired")
         for col in ("where", "result"):
             table.add_column(col)
         for r in runs:
             for w in r["rewrites"]:
-                table.add_row(", ".join(w["consumed"]), "[green]fused[/green]")
+                table.add_row(esc(", ".join(w["consumed"])), "[green]fused[/green]")
         for line in runs[-1].get("near_misses", []):
             where, _, why = line.partition(": ")
-            table.add_row(where, f"[yellow]not fused:[/yellow] {why}")
+            table.add_row(esc(where), f"[yellow]not fused:[/yellow] {esc(why)}")
         out.print(table)
 
 
@@ -170,7 +170,7 @@ def render(report: dict) -> None:
     from rich.table import Table
 
     out = console()
-    ops = Table(title=f"{report['input']} -> {report['output']}")
+    ops = Table(title=f"{esc(report['input'])} -> {esc(report['output'])}")
     for col, justify in (("op type", "left"), ("before", "right"), ("after", "right")):
         ops.add_column(col, justify=justify)
     before, after = report["op_counts_before"], report["op_counts_after"]
@@ -186,22 +186,22 @@ def render(report: dict) -> None:
         if r["modified"] or r.get("refused"):
             passes.add_row(r["name"], str(r["iteration"]), f"{1e3 * r['seconds']:.2f}",
                            str(r.get("nodes_removed", 0)), str(r.get("initializers_removed", 0)),
-                           "; ".join(r.get("refused", []))[:120])
+                           esc("; ".join(r.get("refused", []))[:120]))
     out.print(passes)
     if report["opset_after"] != report["opset_before"]:
         out.print(f"opset upgraded: {report['opset_before']} -> {report['opset_after']}")
     if report.get("inputs_fixed"):
-        out.print(f"inputs fixed: {', '.join(report['inputs_fixed'])}")
+        out.print(f"inputs fixed: {esc(', '.join(report['inputs_fixed']))}")
     skipped = [x for r in report["passes"] if r["name"].startswith("fold_constants") for x in r.get("refused", [])]
     if skipped:
-        out.print(f"[yellow]{len(set(skipped))} fold(s) skipped[/yellow] (see the report's passes[].refused), e.g. {skipped[0]}")
+        out.print(f"[yellow]{len(set(skipped))} fold(s) skipped[/yellow] (see the report's passes[].refused), e.g. {esc(skipped[0])}")
     check = report["check"]
     if check is None:
         out.print("not checked (--no-check)")
     elif "skipped" in check:
-        out.print(f"[yellow]not checked: {check['skipped']}[/yellow]")
+        out.print(f"[yellow]not checked: {esc(check['skipped'])}[/yellow]")
     elif check["first_mismatch"]:
-        out.print(f"[red]written despite a difference (--force): {check['first_mismatch']}[/red]")
+        out.print(f"[red]written despite a difference (--force): {esc(check['first_mismatch'])}[/red]")
     else:
         inputs = f"seed {check['seed']}" if check["seed"] is not None else "given inputs"
         out.print(f"checked in onnxruntime: {check['outputs']} outputs match (max abs diff {check['max_abs_diff']:.1e}, "

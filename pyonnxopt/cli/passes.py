@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pyonnxopt.cli.render import console
+from pyonnxopt.cli.render import console, esc
 
 
 def add_parser(sub):
@@ -26,6 +26,6 @@ def run(args) -> int:
     table.add_column("name", style="cyan")
     table.add_column("what it does")
     for r in rows:
-        table.add_row(r["name"], r["description"])
+        table.add_row(esc(r["name"]), esc(r["description"]))
     console().print(table)
     return 0

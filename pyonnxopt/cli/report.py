@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from pyonnxopt.cli.render import console
+from pyonnxopt.cli.render import console, esc
 from pyonnxopt.files import to_json, write_atomic
 
 MISMATCH = 1
@@ -65,7 +65,7 @@ def render(report: dict, written: list) -> None:
     from rich.table import Table
 
     out = console()
-    table = Table(title=f"{report['original']} -> {report['optimized']}", show_header=False)
+    table = Table(title=f"{esc(report['original'])} -> {esc(report['optimized'])}", show_header=False)
     table.add_column("what")
     table.add_column("result")
     opt, ver, bench = report["optimize"], report["verify"], report["bench"]
@@ -80,7 +80,7 @@ def render(report: dict, written: list) -> None:
         table.add_row("verify", f"[green]equivalent[/green]: {len(ver.get('outputs', []))} outputs, "
                                 f"{len(ver.get('layers', []))} layers within tolerance")
     else:
-        table.add_row("verify", f"[red]mismatch[/red] at {ver.get('first_mismatch')}")
+        table.add_row("verify", f"[red]mismatch[/red] at {esc(ver.get('first_mismatch'))}")
     if bench is None:
         table.add_row("bench", "not run")
     else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from pyonnxopt.cli.render import console
+from pyonnxopt.cli.render import console, esc
 from pyonnxopt.files import human_bytes, to_json, write_atomic
 
 MISMATCH = 1
@@ -165,7 +165,7 @@ def _snr(r: dict) -> str:
 
 
 def _status(r: dict) -> str:
-    return "[green]ok[/green]" if r["ok"] else f"[red]{r['mismatch']}[/red]"
+    return "[green]ok[/green]" if r["ok"] else f"[red]{esc(r['mismatch'])}[/red]"
 
 
 def _tensor_table(title: str, records: list):
@@ -181,7 +181,7 @@ def _tensor_table(title: str, records: list):
     table.add_column("", overflow="fold", ratio=2)
     for r in records:
         shape = "-" if r["shape"] is None else "x".join(map(str, r["shape"])) or "scalar"
-        table.add_row("-" if r["order"] is None else str(r["order"]), r["name"], r["op_type"] or "-",
+        table.add_row("-" if r["order"] is None else str(r["order"]), esc(r["name"]), esc(r["op_type"] or "-"),
                       f"{r['dtype'] or '-'} {shape}", _num(r["max_abs"]), _num(r["max_rel"]), _num(r["cosine"], ".5f"),
                       _snr(r), _status(r))
     return table
@@ -199,14 +199,14 @@ def render(result: dict) -> None:
     inputs = result["inputs"]
     where = (f"random, seed {inputs['seed']}" if inputs["source"] == "random" else inputs["source"])
     sizes = [b for b in inputs["batch_sizes"] if b is not None]
-    summary = Table(title=f"[bold]{result['original']} -> {result['optimized']}[/bold]", show_header=False, box=None)
+    summary = Table(title=f"[bold]{esc(result['original'])} -> {esc(result['optimized'])}[/bold]", show_header=False, box=None)
     summary.add_column(style="cyan")
     summary.add_column()
     layers_bad = sum(not r["ok"] for r in result["layers"])
     outputs_bad = sum(not r["ok"] for r in result["outputs"])
     rows = [
         ("result", "[green]equivalent within tolerance[/green]" if result["ok"]
-         else f"[red]mismatch, first at {result['first_mismatch']}[/red]"),
+         else f"[red]mismatch, first at {esc(result['first_mismatch'])}[/red]"),
         ("inputs", f"{inputs['samples']} sample(s), {where}" + (f", batch sizes {sizes}" if sizes else "")),
         ("outputs", f"{len(result['outputs'])} compared, {outputs_bad} off"),
         ("layers", f"{len(result['layers'])} compared, {layers_bad} off"),
@@ -244,7 +244,7 @@ def render_structure(s: dict) -> None:
         for col in ("name", "before", "after"):
             io.add_column(col)
         for x in changed:
-            io.add_row(x["name"], _type_text(x["before"]), _type_text(x["after"]))
+            io.add_row(esc(x["name"]), esc(_type_text(x["before"])), esc(_type_text(x["after"])))
         out.print(io)
 
 

@@ -34,6 +34,10 @@ class Pass:
     # Reshapes gone, computed shapes constant, dims inferred), where its
     # larger variants match, rather than a half-cleaned one.
     after_cleanup: bool = False
+    # Runs only in an iteration in which no earlier pass, fusions included,
+    # changed anything: a rewrite that restates what fusions read (rows,
+    # head splits) waits until none of them can still fire.
+    after_fusions: bool = False
 
     def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
         raise TypeError(f"{type(self).__name__} must define run()")

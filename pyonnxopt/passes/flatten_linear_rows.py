@@ -151,6 +151,7 @@ class FlattenLinearRows(Pass):
     name = "flatten_linear_rows"
     description = "a row-wise region around 3-D MatMul + bias runs on [rows, K], each Linear one Gemm"
     after_cleanup = True
+    after_fusions = True  # fuse_attention reads the head split of a 3-D projection
 
     def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
         stats = {"nodes_removed": 0, "nodes_added": 0, "rewrites": [], "refused": []}

@@ -13,7 +13,7 @@ from pyonnxopt.passes.resolve_dynamic_reshapes import ResolveDynamicReshapes
 
 _PASSES: dict = {name: NativePass(name, description) for name, description in _core.native_passes()}
 # Its forms hide the head split fuse_attention reads: it waits for the fusions.
-_PASSES["regroup_transposes"].after_cleanup = True
+_PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].after_fusions = True
 for _p in (InferShapes(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(), MergeEqualDims(), *BUILTIN_RULES,
            FlattenLinearRows()):
     _PASSES[_p.name] = _p
@@ -22,7 +22,7 @@ for _p in (InferShapes(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(), 
 DEFAULT_ORDER = [
     "infer_shapes", "eliminate_identity", "eliminate_dropout", "eliminate_nop", "simplify_algebra", "fold_constants",
     "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "optimize_transposes",
-    "collapse_reshapes", *(r.name for r in BUILTIN_RULES), "flatten_linear_rows", "regroup_transposes",
+    "collapse_reshapes", *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows",
     "merge_equal_dims", "eliminate_common_subexpressions", "eliminate_dead_code",
 ]
 

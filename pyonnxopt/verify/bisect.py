@@ -46,6 +46,7 @@ from pyonnxopt.fusion.rule import node_id
 from pyonnxopt.model import Model, load
 from pyonnxopt.optimize import Start, prepare
 from pyonnxopt.passes import PassOptions, run_passes
+from pyonnxopt.passes.manager import MAX_ITERATIONS
 
 Progress = Optional[Callable[[str, int], None]]
 VERSION = 1
@@ -247,7 +248,7 @@ MAX_ROLLBACKS = 8  # culprits rolled back on the way to a model that matches, at
 
 
 def roll_back(checker: PassChecker, found: dict, output, *, passes=None, skip: Iterable[str] = (),
-              options: PassOptions = PassOptions(), max_iterations: int = 10, progress: Progress = None) -> dict:
+              options: PassOptions = PassOptions(), max_iterations: int = MAX_ITERATIONS, progress: Progress = None) -> dict:
     """From the last good state the pipeline runs on to a fixed point with
     the culprit rewrite held back (its consumed nodes pinned) or, when none
     was isolated, without the culprit pass. It is checked after each pass as
@@ -299,7 +300,7 @@ def describe(found: dict) -> str:
 
 
 def bisect(original, *, passes: Optional[Iterable[str]] = None, skip: Iterable[str] = (),
-           options: Optional[PassOptions] = None, max_iterations: int = 10, exclude_nodes: Iterable[str] = (),
+           options: Optional[PassOptions] = None, max_iterations: int = MAX_ITERATIONS, exclude_nodes: Iterable[str] = (),
            prune_outputs: Iterable[str] = (), input_shapes: Optional[dict] = None, batch: Optional[int] = None,
            opset: Optional[int] = None, seed: int = 0, inputs: Optional[dict] = None, rtol: float = 1e-4, atol: float = 1e-5,
            rollback_output=None, progress: Progress = None) -> dict:
@@ -347,6 +348,8 @@ def render_bisect(result: dict, console) -> None:
     """The result for people (rich)."""
     from rich.table import Table
 
+    from pyonnxopt.cli.render import esc
+
     seconds = f"{result['checks']} checks, {result['seconds']:.1f} s"
     if result["ok"]:
         console.print(f"[green]every pass keeps the outputs[/green]: checked after the {result['passes_checked']} "
@@ -356,26 +359,26 @@ def render_bisect(result: dict, console) -> None:
     table.add_column("", style="bold")
     table.add_column("")
     table.add_row("pass", f"[red]{result['pass']}[/red] (iteration {result['iteration']})")
-    table.add_row("first mismatch", result["first_mismatch"])
+    table.add_row("first mismatch", esc(result["first_mismatch"]))
     r = result["rewrite"]
     if r is not None:
-        table.add_row("rewrite", f"{r['what']} ({result['isolation_checks']} checks among {result['rewrites']})")
-        table.add_row("consumed", ", ".join(r["consumed"]))
-        table.add_row("produced", ", ".join(r["produced"]) or "-")
+        table.add_row("rewrite", f"{esc(r['what'])} ({result['isolation_checks']} checks among {result['rewrites']})")
+        table.add_row("consumed", esc(", ".join(r["consumed"])))
+        table.add_row("produced", esc(", ".join(r["produced"]) or "-"))
     else:
-        table.add_row("rewrite", f"[yellow]{result['note']}[/yellow]")
+        table.add_row("rewrite", f"[yellow]{esc(result['note'])}[/yellow]")
     rb = result.get("rollback")
     if rb is not None:
         verdict = ("[green]matches the original[/green]" if rb["ok"]
-                   else f"[red]still differs: {rb['first_mismatch']}[/red]")
+                   else f"[red]still differs: {esc(rb['first_mismatch'])}[/red]")
         for i, r in enumerate(rb["rolled_back"]):
             label = "rolled back" if i == 0 else "and, found on the way"
             if r["what"] == "rewrite":
-                table.add_row(label, f"{r['rewrite']['what']} of {', '.join(r['rewrite']['consumed'])} "
+                table.add_row(label, f"{esc(r['rewrite']['what'])} of {esc(', '.join(r['rewrite']['consumed']))} "
                                      f"({r['pass']})")
             else:
                 table.add_row(label, f"the whole pass {r['pass']}")
-        table.add_row("written", f"{rb['path']} ({rb['nodes']} nodes), {verdict}")
+        table.add_row("written", f"{esc(rb['path'])} ({rb['nodes']} nodes), {verdict}")
     console.print(table)
 
 

@@ -114,6 +114,18 @@ def test_residual_without_bias_leaves_the_bias_slot_empty():
     assert_same_outputs(proto, m)
 
 
+def test_no_bias_and_no_residual_write_no_empty_input():
+    # onnxruntime's NCHWc transform skips a FusedConv with an empty bias
+    # input: the model ran 1.4x slower than with the plain Conv + Relu.
+    proto = with_weights("""g (float[1,3,8,8] x) => (float[1,4,8,8] y) {
+        c = Conv <pads = [1, 1, 1, 1]> (x, w)
+        y = Relu (c)
+    }""", w=W["w"])
+    m, r = run_rule(RULE, proto, target="ort")
+    assert structure(m) == [("FusedConv", ["x", "w"], ["y"])]
+    assert_same_outputs(proto, m)
+
+
 def test_symbolic_residual_of_the_same_dims_fuses():
     proto = with_weights("""g (float[N,3,8,8] x, float[N,4,8,8] z) => (float[N,4,8,8] y) {
         c = Conv <pads = [1, 1, 1, 1]> (x, w, b)

@@ -85,3 +85,44 @@ def test_a_pass_that_waits_sees_the_cleaned_graph():
         assert capped.runs[-1].stats["nodes"] == 2
     finally:
         unregister(WaitingCount.name)
+
+
+class FusionLike(Pass):
+    """Waits for cleanup; its first run changes the model (a fusion firing)."""
+
+    name = "test_fusion_like"
+    description = "reports a change once"
+    after_cleanup = True
+
+    def __init__(self):
+        self.fired = False
+
+    def run(self, model, options):
+        fired, self.fired = not self.fired, True
+        return PassResult(fired, {})
+
+
+class AfterFusions(CountNodes):
+    name = "test_after_fusions"
+    description = "waits for the fusions, counts nodes"
+    after_cleanup = True
+    after_fusions = True
+
+
+def test_a_pass_that_waits_for_the_fusions_needs_a_whole_quiet_round():
+    register(FusionLike())
+    register(AfterFusions())
+    try:
+        order = ["test_fusion_like", "test_after_fusions", "eliminate_dead_code"]
+        _, report = run_passes(MODEL, passes=order)
+        # 1: the fusion fires, test_after_fusions has had no turn yet, dead
+        # code goes; 2: nothing changes, but dead code did after its turn in
+        # 1, so it waits again; 3: a whole quiet round since its turn in 2
+        assert [(r.name, r.iteration) for r in report.runs if r.name == "test_after_fusions"] == [
+            ("test_after_fusions", 3)]
+        assert report.converged and report.iterations == 3
+        # an iteration in which a pass waited is not the fixed point, even if nothing changed
+        assert all(not r.modified for r in report.runs if r.iteration == 3)
+    finally:
+        unregister(FusionLike.name)
+        unregister(AfterFusions.name)

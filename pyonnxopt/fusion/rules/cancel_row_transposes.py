@@ -48,8 +48,8 @@ def _variant(op: str) -> Op:
 
 class CancelRowTransposes(Rule):
     name = "cancel_row_transposes"
-    description = ("Transpose -> flatten -> Gemm/MatMul -> unflatten -> inverse Transpose, where the Transpose only "
-                   "reorders rows: both Transposes go")
+    description = ("Transpose -> flatten -> Gemm/MatMul -> unflatten -> Transpose that only reorders rows: the "
+                   "second goes, the first takes its row order (and goes too where that is the identity)")
     min_opset = 5  # Reshape with a shape input
 
     def pattern(self, opset: int) -> list:
