@@ -1,5 +1,6 @@
 """Checking an optimized model against its original in onnxruntime, on
-seeded inputs that respect dtypes (symbolic dims become 1)."""
+seeded inputs that respect dtypes (symbolic dims become 1, or larger where
+the original cannot run on 1: a strided stem, a pooling window)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def session(model_source, external_folder: Optional[str] = None):
     ort.set_default_logger_severity(3)  # a failing run is reported by us, in one line
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # its kernel errors too: the check may try several input sizes
     # Idle onnxruntime threads would spin on the cores the other model needs.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if external_folder:
@@ -49,11 +50,18 @@ def session(model_source, external_folder: Optional[str] = None):
     return ort.InferenceSession(model_source, opts, providers=["CPUExecutionProvider"])
 
 
-def random_inputs(sess, seed: int = 0, given: Iterable[str] = ()) -> dict:
+# Sizes for unknown dims past an input's first axis, tried in turn until the
+# original runs: 1 first (cheap), then enough for a ViT's 16x16 patches, a
+# GoogLeNet's five halvings or a wav2vec2 feature extractor (400 samples).
+CHECK_SIZES = (1, 32, 224, 1024)
+
+
+def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1) -> dict:
     """Seeded inputs: floats ~ N(0, 1), integers 0 or 1 (index-like inputs
     such as token ids, token types and masks stay in range of any table),
-    booleans at random; unknown dims are 1. Inputs named in `given` (the
-    caller has them) are left out."""
+    booleans at random; unknown dims are 1 on an input's first axis (a
+    batch) and `size` after it. Inputs named in `given` (the caller has
+    them) are left out."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for i in sess.get_inputs():
@@ -62,7 +70,8 @@ def random_inputs(sess, seed: int = 0, given: Iterable[str] = ()) -> dict:
         dtype = _ORT_TYPES.get(i.type)
         if dtype is None:
             raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate")
-        shape = [d if isinstance(d, int) and d >= 0 else 1 for d in (i.shape or [])]
+        shape = [d if isinstance(d, int) and d >= 0 else 1 if axis == 0 else size
+                 for axis, d in enumerate(i.shape or [])]
         if np.issubdtype(dtype, np.floating):
             feeds[i.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype is np.bool_:
@@ -78,6 +87,7 @@ class CheckResult:
     max_abs_diff: float
     first_mismatch: Optional[str] = None
     unloadable: Optional[str] = None  # onnxruntime's words when it could not load the candidate
+    unknown_dims: int = 1  # the size generated inputs had for unknown dims past the first axis
 
     @staticmethod
     def not_loaded(e: BaseException) -> "CheckResult":
@@ -108,21 +118,31 @@ class Reference:
         for name in inputs or {}:
             if name not in names:
                 raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(names)})")
-        self.feeds = random_inputs(shaped_by, seed, given=set(inputs or {}))
-        self.feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
         self.required, self.rtol, self.atol = list(required or []), rtol, atol
-        self.where = f"seed {seed}" if not inputs else "given inputs"
         self.seed = None if inputs else seed
         self._want: dict = {}
         self._steady = False  # whether the original was seen to give the same outputs twice
+        self._sizes = CHECK_SIZES if _grows(shaped_by, set(inputs or {})) else CHECK_SIZES[:1]
+        for size in self._sizes:
+            self.feeds = random_inputs(shaped_by, seed, given=set(inputs or {}), size=size)
+            self.feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
+            self.where = "given inputs" if inputs else f"seed {seed}" + (f", unknown dims {size}" if size > 1 else "")
+            self.unknown_dims = size
+            try:  # every output once: the candidate's are among them
+                self._expect([o.name for o in original.get_outputs()])
+                break
+            except CheckUnavailable:
+                if size == self._sizes[-1]:
+                    raise
         self._expect(self.required)
 
     def _run_original(self, names: list) -> list:
         try:
             return self._session.run(names, self.feeds)
         except Exception as e:
-            raise CheckUnavailable(f"onnxruntime cannot run the original on the check's inputs (give them with "
-                                   f"--check-inputs): {first_line(e)}") from e
+            tried = f" (unknown dims {', '.join(map(str, self._sizes))} tried)" if len(self._sizes) > 1 else ""
+            raise CheckUnavailable(f"onnxruntime cannot run the original on the check's inputs{tried}; give them "
+                                   f"with --check-inputs: {first_line(e)}") from e
 
     def _expect(self, names: list) -> list:
         missing = [n for n in names if n not in self._want]
@@ -155,6 +175,7 @@ class Reference:
         except Exception as e:
             return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model: {first_line(e)})")
         result = _compare_outputs(names, want, got, self.rtol, self.atol, self.where)
+        result.unknown_dims = self.unknown_dims
         if result.first_mismatch and not self._steady:
             again = self._run_original(names)
             if _compare_outputs(names, want, again, self.rtol, self.atol, "").first_mismatch:
@@ -193,6 +214,12 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
     reference = Reference(a, seed=seed, inputs=inputs, shaped_by=b if shapes_from_optimized else None,
                           required=required_outputs, rtol=rtol, atol=atol)
     return reference.compare(b)
+
+
+def _grows(sess, given: set) -> bool:
+    """Whether some generated input has an unknown dim past its first axis."""
+    return any(not (isinstance(d, int) and d >= 0) for i in sess.get_inputs() if i.name not in given
+               for d in (i.shape or [])[1:])
 
 
 def _compare_outputs(names, want, got, rtol, atol, where) -> CheckResult:

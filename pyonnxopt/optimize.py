@@ -208,4 +208,6 @@ def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed
            "first_mismatch": result.first_mismatch, "seed": None if inputs else seed}
     if result.unloadable:
         out["unloadable"] = result.unloadable
+    if result.unknown_dims > 1 and not inputs:
+        out["unknown_dims"] = result.unknown_dims
     return out

@@ -96,6 +96,27 @@ def test_a_model_onnxruntime_cannot_run_still_optimizes(tmp_path, capsys):
     assert [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node] == ["Special", "Relu"]
 
 
+def test_a_strided_stem_is_checked_on_inputs_large_enough(tmp_path, capsys, monkeypatch):
+    # A 4x4 stride-4 Conv cannot run on the 1x1 image unknown dims give first.
+    import numpy as np
+    from onnx import parser
+
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+        g (float[N,3,H,W] x) => (float[N,8,h,w] y) {
+            a = Identity(x)
+            c = Conv <kernel_shape = [4, 4], strides = [4, 4]> (a, w)
+            y = Relu(c)
+        }""")
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((8, 3, 4, 4), np.float32), "w"))
+    path = tmp_path / "stem.onnx"
+    onnx.save(model, path)
+    _, report = optimize(str(path), str(tmp_path / "out.onnx"))
+    assert report["check"]["first_mismatch"] is None and report["check"]["unknown_dims"] == 32
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["optimize", str(path), str(tmp_path / "out.onnx")]) == 0
+    assert "(max abs diff 0.0e+00, seed 0, unknown dims 32)" in capsys.readouterr().out
+
+
 def test_same_input_and_options_give_byte_identical_output(cnn_path, tmp_path):
     optimize(cnn_path, tmp_path / "a.onnx")
     optimize(cnn_path, tmp_path / "b.onnx")

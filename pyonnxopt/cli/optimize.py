@@ -204,6 +204,8 @@ def render(report: dict) -> None:
         out.print(f"[red]written despite a difference (--force): {esc(check['first_mismatch'])}[/red]")
     else:
         inputs = f"seed {check['seed']}" if check["seed"] is not None else "given inputs"
+        if "unknown_dims" in check:
+            inputs += f", unknown dims {check['unknown_dims']}"
         out.print(f"checked in onnxruntime: {check['outputs']} outputs match (max abs diff {check['max_abs_diff']:.1e}, "
                   f"{inputs})")
     if "verified_each_pass" in report:
