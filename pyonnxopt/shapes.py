@@ -162,10 +162,13 @@ def parse_input_shape(spec: str) -> tuple:
 
 def fix_input_shapes(model: Model, shapes: Mapping[str, Sequence] = (), batch: Optional[int] = None) -> list:
     """Sets the dims of graph inputs: `shapes` maps input names to full
-    shapes; `batch` fixes the first dim of every input where it is not a
-    number yet. Intermediate types are then inferred again, and graph output
-    shapes follow. Returns the inputs changed. Raises Error on an unknown
-    input, a rank that does not match, or a static dim that would change."""
+    shapes; a named dim fixed there is fixed in every input that has it
+    (input_ids [batch, seq] given as 1,12 fixes the attention mask's
+    [batch, seq] too); `batch` fixes the first dim of every input where it
+    is not a number yet. Intermediate types are then inferred again, and
+    graph output shapes follow. Returns the inputs changed. Raises Error on
+    an unknown input, a rank that does not match, a static dim that would
+    change, or a named dim given two sizes."""
     import onnx
 
     shapes = dict(shapes or {})
@@ -175,12 +178,14 @@ def fix_input_shapes(model: Model, shapes: Mapping[str, Sequence] = (), batch: O
     for name in shapes:
         if name not in inputs:
             raise Error(f"--input-shape: the model has no input {name!r} (inputs: {', '.join(inputs) or 'none'})")
+    bound = _bound_symbols(inputs, shapes)
     changed = []
     for name, v in inputs.items():
-        if name not in shapes and batch is None:
-            continue
         raw = v.type_proto
         tp = onnx.TypeProto.FromString(raw) if raw is not None else onnx.TypeProto()
+        named = {d.dim_param for d in tp.tensor_type.shape.dim if d.dim_param} if tp.HasField("tensor_type") else set()
+        if name not in shapes and batch is None and not named & bound.keys():
+            continue
         if not tp.HasField("tensor_type"):
             if name in shapes:
                 raise Error(f"--input-shape: input {name!r} is not a tensor")
@@ -191,9 +196,14 @@ def fix_input_shapes(model: Model, shapes: Mapping[str, Sequence] = (), batch: O
             if tp.tensor_type.HasField("shape") and len(dims) != len(new):
                 raise Error(f"--input-shape: input {name!r} has rank {len(dims)}, the shape given has {len(new)} dims")
         else:
-            if not tp.tensor_type.HasField("shape") or not dims or dims[0].HasField("dim_value"):
+            if not tp.tensor_type.HasField("shape") or not dims:
                 continue
-            new = [batch] + [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims[1:]]
+            new = [d.dim_value if d.HasField("dim_value") else bound.get(d.dim_param, d.dim_param or None)
+                   for d in dims]
+            if batch is not None and not isinstance(new[0], int):
+                new[0] = batch
+            if new == [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims]:
+                continue
         for i, d in enumerate(new):
             if isinstance(d, int) and i < len(dims) and dims[i].HasField("dim_value") and dims[i].dim_value != d:
                 raise Error(f"--input-shape: input {name!r} dim {i} is {dims[i].dim_value} in the model, not {d}")
@@ -222,6 +232,26 @@ def fix_input_shapes(model: Model, shapes: Mapping[str, Sequence] = (), batch: O
             if v.name in declared:
                 model.graph.set_value_type(v, _with_declared_dims(v.name, v.type_proto, declared[v.name]))
     return changed
+
+
+def _bound_symbols(inputs: Mapping, shapes: Mapping) -> dict:
+    """Named dims the given shapes fix: symbol -> size. Raises Error when
+    one gets two sizes."""
+    import onnx
+
+    bound: dict = {}
+    for name, new in shapes.items():
+        raw = inputs[name].type_proto
+        tp = onnx.TypeProto.FromString(raw) if raw is not None else onnx.TypeProto()
+        if not tp.HasField("tensor_type"):
+            continue
+        for d, size in zip(tp.tensor_type.shape.dim, new):
+            if not d.dim_param or not isinstance(size, int):
+                continue
+            if bound.setdefault(d.dim_param, size) != size:
+                raise Error(f"--input-shape: dim {d.dim_param!r} is given as {bound[d.dim_param]} and as {size} "
+                            f"(input {name!r}); one named dim has one size")
+    return bound
 
 
 def _without_shape(raw: Optional[bytes]) -> bytes:

@@ -27,11 +27,29 @@ def test_specs_parse_and_bad_ones_name_the_problem():
 
 def test_fixing_shapes_and_batch_updates_outputs():
     m = pyonnxopt.load(parse(DYNAMIC))
-    assert fix_input_shapes(m, {"images": [1, 3, 64, 48]}, batch=2) == ["images", "ids"]
+    assert fix_input_shapes(m, {"images": [1, 3, 64, 48]}) == ["images", "ids"]
     assert m.graph.value("images").type["shape"] == [1, 3, 64, 48]
-    assert m.graph.value("ids").type["shape"] == [2, "T"]
+    assert m.graph.value("ids").type["shape"] == [1, "T"]  # images fixed N, which ids shares
     assert m.graph.value("y").type["shape"] == [1, 3, 64, 48]
     onnx.checker.check_model(m.to_onnx(), full_check=True)
+    m = pyonnxopt.load(parse(DYNAMIC))
+    assert fix_input_shapes(m, {"images": ["N", 3, 64, 48]}, batch=2) == ["images", "ids"]
+    assert m.graph.value("images").type["shape"] == ["N", 3, 64, 48] and m.graph.value("ids").type["shape"] == [2, "T"]
+
+
+def test_a_named_dim_fixed_in_one_input_is_fixed_in_all():
+    m = pyonnxopt.load(parse("""g (int64[batch, seq] ids, int64[batch, seq] mask, float[batch, 4] extra)
+            => (int64[batch, seq] y) {
+        y = Add(ids, mask)
+    }"""))
+    assert fix_input_shapes(m, {"ids": [1, 12]}) == ["ids", "mask", "extra"]
+    assert [m.graph.value(n).type["shape"] for n in ("ids", "mask", "extra", "y")] == [[1, 12], [1, 12], [1, 4],
+                                                                                        [1, 12]]
+    with pytest.raises(Error, match="dim 'seq' is given as 12 and as 8 \\(input 'mask'\\)"):
+        fix_input_shapes(pyonnxopt.load(parse("""g (int64[batch, seq] ids, int64[batch, seq] mask)
+                => (int64[batch, seq] y) {
+            y = Add(ids, mask)
+        }""")), {"ids": [1, 12], "mask": [1, 8]})
 
 
 def test_an_output_size_the_fixed_inputs_contradict_follows_them(caplog):
