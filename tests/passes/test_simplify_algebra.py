@@ -790,3 +790,35 @@ def test_new_constant_names_do_not_clash():
         y_merged = Neg(x)
     }""")
     assert structure(m) == [("Add", ["x", "y_merged_2"], ["y"]), ("Neg", ["x"], ["y_merged"])]
+
+
+# ---- Concat of Concats ----
+
+def test_nested_concats_of_one_axis_become_one():
+    # torchvision's Resize sizes: Concat(Slice(Shape(x)), Concat(h, w)); -1 is axis 0 here
+    text = """g (int64[2] a, int64[1] h, int64[1] w, int64[3] b) => (int64[7] y) <int64[2] hw> {
+        hw = Concat <axis = -1> (h, w)
+        y = Concat <axis = 0> (a, hw, b)
+    }"""
+    m, r = run(text)
+    assert structure(m) == [("Concat", ["a", "h", "w", "b"], ["y"])]
+    assert r.stats["nodes_removed"] == 2 and r.stats["nodes_added"] == 1
+    feeds = {"a": np.array([1, 2]), "h": np.array([3]), "w": np.array([4]), "b": np.array([5, 6, 7])}
+    same_outputs(text, m, feeds)
+
+
+@pytest.mark.parametrize("text", [
+    # the inner Concat is read elsewhere too
+    """g (float[2,3] a, float[2,3] b) => (float[2,9] y, float[2,6] z) {
+        z = Concat <axis = 1> (a, b)
+        y = Concat <axis = 1> (z, a)
+    }""",
+    # another axis
+    """g (float[2,3] a, float[2,3] b) => (float[4,6] y) {
+        k = Concat <axis = 0> (a, b)
+        y = Concat <axis = 1> (k, k)
+    }""",
+])
+def test_concats_of_another_axis_or_read_elsewhere_stay(text):
+    m, r = run(text)
+    assert ops(m) == ["Concat", "Concat"]

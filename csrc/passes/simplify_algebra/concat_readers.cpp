@@ -6,6 +6,7 @@
 // Concat goes when nothing reads it any more. The inputs' sizes along the
 // axis must be known.
 #include <algorithm>
+#include <optional>
 
 #include "passes/bypass.h"
 #include "passes/known_values.h"
@@ -143,6 +144,69 @@ const char* undo_concat(Context& ctx, Graph& g, Node& concat) {
   }
   if (changed && ctx.remove_if_unread(g, &concat)) ctx.stats->rewrites.back().consumed.push_back(id);
   return changed ? nullptr : kNotMine;
+}
+
+}  // namespace pyonnxopt::passes::algebra
+
+namespace pyonnxopt::passes::algebra {
+
+namespace {
+
+// Concat's axis, made non-negative where the rank is known; nullopt when
+// the attribute is missing.
+std::optional<int64_t> concat_axis(const Node& n) {
+  const Attribute* a = n.attribute("axis");
+  if (!a) return std::nullopt;
+  int64_t axis = a->i.value;
+  if (axis < 0 && !n.outputs.empty() && n.outputs[0])
+    if (auto dims = dims_of(n.outputs[0])) axis += static_cast<int64_t>(dims->size());
+  return axis;
+}
+
+}  // namespace
+
+// A Concat reading Concats of the same axis, each read by it alone, takes
+// their inputs in their place:
+//   c = Concat<axis=k>(a, Concat<axis=k>(b, d), e)  ->  c = Concat<axis=k>(a, b, d, e)
+// (torchvision's Resize sizes: Concat(Slice(Shape(x)), Concat(h, w))).
+const char* flatten_concat(Context& ctx, Graph& g, Node& outer) {
+  if (outer.op_type.value != "Concat" || !single_output(outer)) return kNotMine;
+  const std::optional<int64_t> axis = concat_axis(outer);
+  if (!axis) return kNotMine;
+  std::vector<Value*> inputs;
+  std::vector<Node*> merged;
+  for (Value* v : outer.inputs) {
+    Node* p = v ? v->producer : nullptr;
+    const bool inner = p && p->graph == &g && p->op_type.value == "Concat" && p->domain.value == outer.domain.value &&
+                       concat_axis(*p) == axis && single_output(*p) == v && v->uses.size() == 1 &&
+                       !v->is_graph_output() && !p->pinned;
+    if (inner) {
+      inputs.insert(inputs.end(), p->inputs.begin(), p->inputs.end());
+      merged.push_back(p);
+    } else {
+      inputs.push_back(v);
+    }
+  }
+  if (merged.empty()) return kNotMine;
+  if (outer.pinned) return "excluded from optimization";
+  Node* flat = g.new_node();
+  flat->op_type.set("Concat");
+  if (outer.name.has) flat->name = outer.name;
+  flat->domain = outer.domain;
+  flat->inputs = std::move(inputs);
+  Attribute& a = flat->attributes.emplace_back();
+  a.name.set("axis");
+  a.type.set(int32_t(AttrType::kInt));
+  a.i.set(outer.attribute("axis")->i.value);
+  Rewrite record{"merged concats", {}, {node_id(outer)}};
+  for (Node* p : merged) record.consumed.push_back(node_id(*p));
+  record.consumed.push_back(node_id(outer));
+  ctx.count_removed(outer);
+  g.replace_node(&outer, flat);
+  ++ctx.stats->nodes_added;
+  for (Node* p : merged) ctx.remove_if_unread(g, p);
+  ctx.stats->rewrites.push_back(std::move(record));
+  return nullptr;
 }
 
 }  // namespace pyonnxopt::passes::algebra

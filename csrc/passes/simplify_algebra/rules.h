@@ -16,5 +16,6 @@ const char* shorten_unary_chain(Context& ctx, ir::Graph& g, ir::Node& n);  // un
 const char* bound_with_clip(Context& ctx, ir::Graph& g, ir::Node& n);      // clip_bounds.cpp
 const char* merge_constants(Context& ctx, ir::Graph& g, ir::Node& n);      // merge_constants.cpp
 const char* undo_concat(Context& ctx, ir::Graph& g, ir::Node& n);          // concat_readers.cpp
+const char* flatten_concat(Context& ctx, ir::Graph& g, ir::Node& n);       // concat_readers.cpp
 
 }  // namespace pyonnxopt::passes::algebra
