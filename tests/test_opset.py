@@ -173,6 +173,27 @@ def test_a_result_onnxruntime_cannot_run_names_the_upgrade(tmp_path, monkeypatch
     assert not (tmp_path / "o.onnx").exists()
 
 
+@pytest.mark.parametrize("each_pass", [False, True])
+def test_a_conversion_that_changes_outputs_is_named_not_a_pass(tmp_path, each_pass):
+    # onnxruntime's AveragePool-11 and -19 kernels differ on a window larger
+    # than the image (the check's 1x1): the converter's doing, before any
+    # pass. With --verify-each-pass the first pass that changed the model
+    # (eliminate_identity) took the blame.
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+        g (float[N,2,H,W] x) => (float[N,2,h,w] y) {
+            i = Identity(x)
+            y = AveragePool <kernel_shape = [2, 2], strides = [2, 2], count_include_pad = 1> (i)
+        }""")
+    path = tmp_path / "pool.onnx"
+    onnx.save(model, path)
+    with pytest.raises(Error, match=r"onnx's version converter \(-?-?opset 19\) already changes"):
+        pyonnxopt.optimize(str(path), str(tmp_path / "o.onnx"), opset=19, verify_each_pass=each_pass)
+    assert not (tmp_path / "o.onnx").exists()
+    inputs = {"x": np.ones((1, 2, 8, 8), np.float32)}
+    _, report = pyonnxopt.optimize(str(path), str(tmp_path / "o.onnx"), opset=19, check_inputs=inputs)
+    assert report["check"]["first_mismatch"] is None
+
+
 def test_a_weight_reference_the_source_does_not_have_is_a_model_error():
     from pyonnxopt import _core
     from pyonnxopt.errors import ModelError

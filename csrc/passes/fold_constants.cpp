@@ -82,6 +82,43 @@ std::optional<fold::Partial> partial_result(const fold::KernelContext& ctx, Cons
   return out;
 }
 
+// Equal(dims, c) where dims are a partial shape value (read from Shape: none
+// is negative) and c a constant: an unknown dim never equals a negative c,
+// so where every unknown meets one the result is known. TorchScript's
+// Expand guard, Where(Equal(shape, -1), 1, shape), is then all false.
+std::optional<Array> equal_to_negative(const fold::KernelContext& ctx, Constants& constants, const Partials& partials,
+                                       const fold::Kernel& kernel) {
+  const Node& n = ctx.node;
+  if (n.op_type.value != "Equal" || n.inputs.size() != 2 || n.outputs.size() != 1 || !n.inputs[0] || !n.inputs[1])
+    return std::nullopt;
+  for (size_t side = 0; side < 2; ++side) {
+    auto it = partials.find(n.inputs[side]);
+    const Array* c = constants.find(n.inputs[1 - side]);
+    if (it == partials.end() || !c || c->dtype != it->second.dtype || c->dims.size() > 1) continue;
+    const fold::Partial& p = it->second;
+    const std::vector<int64_t> cs = c->as_int64();
+    if (cs.size() != 1 && cs.size() != p.values.size()) return std::nullopt;
+    fold::Partial stand_in = p;  // unknown dims as 0: like them, never equal to a negative c
+    for (size_t i = 0; i < p.values.size(); ++i) {
+      if (p.values[i]) continue;
+      if (cs[cs.size() == 1 ? 0 : i] >= 0) return std::nullopt;
+      stand_in.values[i] = 0;
+    }
+    const Array known = stand_in.to_array();
+    std::vector<const Array*> inputs = side == 0 ? std::vector<const Array*>{&known, c}
+                                                 : std::vector<const Array*>{c, &known};
+    std::vector<Array> outputs;
+    std::string why;
+    try {
+      if (kernel(ctx, inputs, outputs, why) != fold::Status::kDone || outputs.size() != 1) return std::nullopt;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    return std::move(outputs[0]);
+  }
+  return std::nullopt;
+}
+
 // Before opset 9, Constant holds only float16, float and double: where a
 // result must become a Constant node (function bodies, IR < 4), other types
 // stay where they are, their values passed on to the nodes that read them.
@@ -239,6 +276,12 @@ PassStats FoldConstants::run(Model& model, const PassOptions& options) const {
         if (status != fold::Status::kDone) continue;
         if (outputs.size() < n->outputs.size())
           throw ModelError("kernel for " + op + " returned " + std::to_string(outputs.size()) + " outputs");
+      } else if (std::optional<Array> equal = equal_to_negative(ctx, constants, partials, kernel)) {
+        if (n->pinned) {
+          stats.refused.push_back(label + ": excluded from optimization");
+          continue;
+        }
+        outputs.push_back(std::move(*equal));
       } else {
         std::optional<fold::Partial> p = partial_result(ctx, constants, partials);
         if (!p) continue;

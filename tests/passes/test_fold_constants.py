@@ -646,6 +646,25 @@ def test_partial_values_pass_through_concat_and_fold_where_known():
     run_symbolic(before, m, (2, 3, 5, 8))
 
 
+def test_a_dim_never_equals_a_negative_constant():
+    # TorchScript's Expand guard: Where(Equal(shape, -1), ones, shape). A
+    # dim read from Shape is never negative, so Equal is known where every
+    # unknown dim meets a negative constant, and only there.
+    before = parse("""g (float[N,3] x) => (bool[2] e, bool[2] f, bool[2] g, bool[2] h) <int64[2] neg = {-1, -1},
+            int64[2] mixed = {-1, 3}, int64[2] zero = {0, 3}, int64 one = {-1}> {
+        s = Shape(x)
+        e = Equal(s, neg)
+        f = Equal(mixed, s)
+        g = Equal(s, zero)
+        h = Equal(s, one)
+    }""")
+    m, r = fold(before)
+    got = initializers(m)
+    assert got["e"].tolist() == [False, False] and got["f"].tolist() == [False, True]
+    assert got["h"].tolist() == [False, False] and "g" not in got  # N might be 0
+    run_symbolic(before, m, (2, 3))
+
+
 def test_shape_slice_folds_when_the_sliced_dims_are_static():
     before = parse("""g (float[N,3,4] x) => (int64[2] t, int64[2] u, int64[1] v) <int64[1] z = {0}, int64[1] s = {1}, int64[1] e = {3},
             int64[1] e2 = {2}> {
