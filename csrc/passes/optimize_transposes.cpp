@@ -274,8 +274,7 @@ bool reshape_unit_moves(const Model& model, Graph& g, Node* t, FreshNames& names
   return true;
 }
 
-// One sweep over a graph: every Transpose a start, then the chains.
-// Returns whether anything changed; refusals go to `refused`.
+// A default-domain node that only changes its input's shape.
 bool reshape_like(const Node* n) {
   if (!n || !(n->domain.value.empty() || n->domain.value == "ai.onnx") || n->outputs.size() != 1) return false;
   const std::string& op = n->op_type.value;
@@ -308,6 +307,9 @@ std::optional<Region> below_next_reshape(const Model& model, const Graph& g, Nod
   return region;
 }
 
+// One sweep over a graph: every Transpose a start, then the chains.
+// Returns whether anything changed; refusals go to `refused`. `regroup`:
+// regroup_transposes' moves too.
 bool sweep(Model& model, Graph& g, FreshNames& names, PassStats& stats, std::set<std::string>& refused,
            bool regroup) {
   bool changed = false;

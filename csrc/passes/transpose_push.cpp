@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
-#include <numeric>
 #include <string_view>
 #include <unordered_set>
 
