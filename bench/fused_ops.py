@@ -147,14 +147,17 @@ def _session(model: bytes, level) -> ort.InferenceSession:
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
-def time_case(unfused: bytes, fused: bytes, feeds: dict, rounds: int) -> dict:
+def time_case(unfused: bytes, fused: bytes, feeds: dict, rounds: int, names: tuple = ("unfused", "fused")) -> dict:
+    """Both models at both levels, taking turns; per level NAME_ms for each
+    (`names`: what the two are) and the ratio second / first."""
     out = {}
     for level_name, level in (("disable", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
                               ("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
         a, b = _session(unfused, level), _session(fused, level)
         ya, yb = a.run(None, feeds)[0], b.run(None, feeds)[0]
         if not np.allclose(ya, yb, rtol=1e-3, atol=1e-3):
-            raise SystemExit(f"fused and unfused outputs differ (max {np.abs(ya - yb).max():.3g}): a broken case")
+            raise SystemExit(f"{names[1]} and {names[0]} outputs differ (max {np.abs(ya - yb).max():.3g}): "
+                             "a broken case")
         ta, tb = [], []
         for _ in range(rounds):
             for sess, times in ((a, ta), (b, tb)):
@@ -162,10 +165,17 @@ def time_case(unfused: bytes, fused: bytes, feeds: dict, rounds: int) -> dict:
                 sess.run(None, feeds)
                 times.append(time.perf_counter() - t0)
         ratios = np.array(tb) / np.array(ta)
-        out[level_name] = {"unfused_ms": float(np.median(ta) * 1e3), "fused_ms": float(np.median(tb) * 1e3),
+        out[level_name] = {f"{names[0]}_ms": float(np.median(ta) * 1e3), f"{names[1]}_ms": float(np.median(tb) * 1e3),
                            "ratio": float(np.median(ratios)),
                            "ratio_p25_p75": [float(np.percentile(ratios, 25)), float(np.percentile(ratios, 75))]}
     return out
+
+
+def print_row(label: str, width: int, r: dict, names: tuple = ("unfused", "fused")) -> None:
+    """One line of time_case's result: first -> second ms and the ratio, per level."""
+    cells = [f"{r[k][names[0] + '_ms']:7.2f} -> {r[k][names[1] + '_ms']:7.2f} ms {r[k]['ratio']:5.2f}x"
+             for k in ("disable", "all")]
+    print(f"{label:{width}s} {cells[0]:>28s} {cells[1]:>28s}")
 
 
 def main(argv=None) -> None:
@@ -182,9 +192,8 @@ def main(argv=None) -> None:
     print(f"{L} chained ops, one thread, {args.rounds} interleaved rounds; fused / unfused (median of ratios)")
     print(f"{'case':30s} {'ORT_DISABLE_ALL':>28s} {'ORT_ENABLE_ALL':>28s}")
     for name, (unfused, fused, feeds) in chosen.items():
-        r = results[name] = time_case(unfused, fused, feeds, args.rounds)
-        cells = [f"{r[k]['unfused_ms']:7.2f} -> {r[k]['fused_ms']:7.2f} ms {r[k]['ratio']:5.2f}x" for k in ("disable", "all")]
-        print(f"{name:30s} {cells[0]:>28s} {cells[1]:>28s}")
+        results[name] = time_case(unfused, fused, feeds, args.rounds)
+        print_row(name, 30, results[name])
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"onnxruntime": ort.__version__, "chain": L, "rounds": args.rounds, "cases": results}, f, indent=1)

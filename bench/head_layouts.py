@@ -26,10 +26,11 @@ import json
 
 import numpy as np
 import onnxruntime as ort
-from fused_ops import RNG, B, H, S, _model, time_case
+from fused_ops import RNG, B, H, S, _model, print_row, time_case
 from onnx import helper
 
 HEADS, D, L = 12, 64, 4
+NAMES = ("exported", "layout")  # time_case's keys: exported_ms, layout_ms
 WEIGHTS = {k: (RNG.standard_normal((H, H)) * 0.03).astype(np.float32) for k in "qkvo"}
 BIASES = {k: (RNG.standard_normal(H) * 0.02).astype(np.float32) for k in "qkvo"}
 SHARED = {"merge": np.array([B, S, H], np.int64), "scale": np.float32(D ** -0.5)}
@@ -120,11 +121,8 @@ def main(argv=None) -> None:
     for name in LAYOUTS:
         if name == "exported":
             continue
-        timed = time_case(exported, model(name), feeds, args.rounds)  # raises if the outputs differ
-        r = results[name] = {level: {"exported_ms": t["unfused_ms"], "layout_ms": t["fused_ms"], "ratio": t["ratio"],
-                                     "ratio_p25_p75": t["ratio_p25_p75"]} for level, t in timed.items()}
-        cells = [f"{r[k]['exported_ms']:7.2f} -> {r[k]['layout_ms']:7.2f} ms {r[k]['ratio']:5.2f}x" for k in ("disable", "all")]
-        print(f"{name:12s} {cells[0]:>28s} {cells[1]:>28s}")
+        results[name] = time_case(exported, model(name), feeds, args.rounds, NAMES)  # raises if the outputs differ
+        print_row(name, 12, results[name], NAMES)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"onnxruntime": ort.__version__, "blocks": L, "rounds": args.rounds, "layouts": results}, f, indent=1)

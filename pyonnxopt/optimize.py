@@ -133,10 +133,6 @@ def optimize(
     before = _op_counts(original)
     options = PassOptions(fold_size_limit=fold_size_limit, allow_lossy=allow_lossy,
                           remove_training_residue=remove_training_residue, target=target)
-    # The model onnx's version converter wrote, before any pass: a mismatch
-    # is then told apart from the passes' own (their check compares with
-    # the original).
-    upgraded_ref = _snapshot(model) if check_outputs and default_opset(model) != default_opset(original) else None
     checker = None
     if verify_each_pass:
         from pyonnxopt.verify.bisect import PassChecker
@@ -192,13 +188,18 @@ def optimize(
             if unloadable and report["opset_after"] != report["opset_before"]:
                 raise VerificationError(f"onnxruntime cannot run the model upgraded to opset {report['opset_after']}: "
                                         f"{unloadable}; nothing was written (try a lower --opset, or none)")
-            if upgraded_ref is not None:
-                converted = _check(original_ref, upgraded_ref, seed, check_inputs, bool(fixed), kept_outputs)
-                if converted.get("first_mismatch"):
-                    raise VerificationError(
-                        f"onnx's version converter (--opset {report['opset_after']}) already changes output "
-                        f"{converted['first_mismatch']}, before any pass; nothing was written (check on inputs of "
-                        "real sizes with --check-inputs, try a lower --opset, or --force)")
+            if report["opset_after"] != report["opset_before"]:
+                # The converter's own doing, or the passes'? The model it
+                # wrote is made again (only on this path) and checked alone.
+                converted = prepare(original_ref, exclude_nodes, prune_outputs, input_shapes, batch, opset).model
+                try:
+                    converted_ref = converted.to_bytes()
+                except ModelError:  # past 2 GB inline: the passes' mismatch is all we can say
+                    converted_ref = None
+                changed = converted_ref and _check(original_ref, converted_ref, seed, check_inputs, bool(fixed),
+                                                   kept_outputs).get("first_mismatch")
+                if changed:
+                    raise converter_changed(report["opset_after"], changed, "--force")
             raise VerificationError(f"the optimized model differs from the original at output {mismatch}; "
                                     "nothing was written (use --force to write it anyway)")
     if output is not None and not written:
@@ -206,12 +207,12 @@ def optimize(
     return model, report
 
 
-def _snapshot(model: Model) -> Optional[bytes]:
-    """The model's bytes, or None past 2 GB inline."""
-    try:
-        return model.to_bytes()
-    except ModelError:
-        return None
+def converter_changed(opset: int, output: str, last_resort: str = "") -> VerificationError:
+    """The error for a model onnx's version converter changed before any pass ran."""
+    hints = ["check on inputs of real sizes with --check-inputs", "try a lower --opset"] + \
+        ([last_resort] if last_resort else [])
+    return VerificationError(f"onnx's version converter (--opset {opset}) already changes output {output}, before "
+                             f"any pass; nothing was written ({', '.join(hints[:-1])}, or {hints[-1]})")
 
 
 def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed: bool, outputs: list) -> dict:

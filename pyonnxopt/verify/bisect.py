@@ -41,11 +41,11 @@ from typing import Callable, Iterable, Optional
 
 from pyonnxopt import check
 from pyonnxopt.check import CheckResult
-from pyonnxopt.errors import Error, VerificationError
+from pyonnxopt.errors import Error
 from pyonnxopt.fusion.rule import node_id
 from pyonnxopt.model import Model, load
 from pyonnxopt.opset import default_opset
-from pyonnxopt.optimize import Start, prepare
+from pyonnxopt.optimize import Start, converter_changed, prepare
 from pyonnxopt.passes import PassOptions, run_passes
 from pyonnxopt.passes.manager import MAX_ITERATIONS
 
@@ -127,9 +127,7 @@ class PassChecker:
             upgraded = default_opset(start.model) != default_opset(start.original)
             converted = reference.compare(good).first_mismatch if upgraded else None
             if converted:  # else the first pass that changes the model would take the blame
-                raise VerificationError(f"onnx's version converter (opset {default_opset(start.model)}) already "
-                                        f"changes {converted}, before any pass; nothing was written (check on "
-                                        "inputs of real sizes with --check-inputs, or try a lower --opset)")
+                raise converter_changed(default_opset(start.model), converted)
         except BaseException:
             workspace.close()
             raise

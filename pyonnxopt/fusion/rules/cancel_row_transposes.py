@@ -81,8 +81,9 @@ class CancelRowTransposes(Rule):
             return f"the second Transpose {p} moves nothing"
         if 0 in m.array("flat_shape").reshape(-1).tolist():
             return "the flatten copies a dim (a 0 in its shape), which x has elsewhere"
-        if _target(m).count(-1) > 1:
-            return f"the result's shape {_target(m)} has more than one unknown dim"
+        target = _target(m)
+        if target.count(-1) > 1:
+            return f"the result's shape {target} has more than one unknown dim"
         return None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
