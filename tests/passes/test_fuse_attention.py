@@ -6,6 +6,8 @@ import math
 
 import pytest
 
+import pyonnxopt
+
 from transformer_helpers import assert_same_outputs, bert_self_attention, export, fuse, model_text, near, optimized
 from helpers import ops, structure
 
@@ -64,12 +66,22 @@ def test_padding_mask_is_expanded_over_query_positions():
     assert_same_outputs(original, m, **TOL)
 
 
-def test_padding_mask_over_unknown_query_positions_refuses():
+def test_padding_mask_over_symbolic_query_positions_reads_their_count():
     io = "float[2,4,S,8] q, float[2,4,6,8] k, float[2,4,6,8] v"
     text = bhsd("s = Mul(qk, c)", ", float[2,1,1,6] mask", "m = Add(s, mask)", io=io, out="float[2,4,S,8] y",
                 consts="float c = {0.35355339}")
-    m, r, _ = fuse("fuse_attention", text, opset=23)
-    assert not r.modified and near(r, "broadcasts over the query positions (S), and their count is unknown")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert ops(m) == ["Shape", "Concat", "Expand", "Attention"]
+    assert m.graph.nodes[0].inputs[0].name == "q" and m.graph.nodes[0].attributes == {"start": 2, "end": 3}
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_padding_mask_over_unknown_query_positions_refuses():
+    io = "float[2,4,?,8] q, float[2,4,6,8] k, float[2,4,6,8] v"
+    text = bhsd("s = Mul(qk, c)", ", float[2,1,1,6] mask", "m = Add(s, mask)", io=io, out="float[2,4,?,8] y",
+                consts="float c = {0.35355339}")
+    m, r, _ = fuse("fuse_attention", text, opset=23, infer=False)
+    assert not r.modified and near(r, "broadcasts over the query positions (None), and their count is unknown")
 
 
 def test_mask_with_an_unknown_heads_dim_refuses():
@@ -171,6 +183,24 @@ def test_torch_scaled_dot_product_attention():
     m, report = optimized(export(Sdpa(), args, 23))
     assert ops(m) == ["Attention"] and report["check"]["first_mismatch"] is None
 
+
+
+@pytest.mark.parametrize("exported, target, opset, op", [
+    (18, "onnx", 23, "Attention"), (18, "ort", None, "MultiHeadAttention"), (23, "onnx", None, "Attention")])
+def test_torch_dynamo_export_with_dynamic_batch_and_sequence(exported, target, opset, op):
+    """torch's dynamo exporter computes the Reshape targets at run time and
+    writes K^T as [B*H, T, D] -> [B*H, D, T] -> [B, H, D, T]:
+    cancel_reshapes_around_transpose makes that one Transpose from the
+    symbolic dims, and the heads' split and merge go into the fused op. At
+    opset 23 it writes a 4-d Attention, which fuse_attention_heads makes 3-d."""
+    import torch
+
+    args = (torch.randn(2, 5, 32), torch.ones(2, 5, dtype=torch.bool))
+    dynamic = ({0: "batch", 1: "seq"}, {0: "batch", 1: "seq"})
+    proto = export(bert_self_attention(sdpa=True), args, exported, dynamo=True, dynamic_shapes=dynamic)
+    m, report = pyonnxopt.optimize(proto, target=target, opset=opset)
+    assert ops(m).count(op) == 1 and "Transpose" not in ops(m) and "Softmax" not in ops(m)
+    assert report["check"]["first_mismatch"] is None
 
 # torch.nn.MultiheadAttention keeps [S, B, E] and splits heads through the
 # batch: [S, B, E] -> [S, B*H, D] -> [B*H, S, D] -> [B, H, S, D]; merged from

@@ -181,12 +181,15 @@ def test_nan_guard_that_is_not_zero_refuses():
     assert not r.modified and near(r, "the NaN guard's 'zero' is not a scalar 0")
 
 
-def test_padding_mask_over_unknown_query_positions_refuses():
+@pytest.mark.parametrize("opset, count", [(13, ["Shape", "Slice"]), (17, ["Shape"])])
+def test_padding_mask_over_symbolic_query_positions_reads_their_count(opset, count):
     text = block("float[2,1,1,6]").replace("float[2,5,32] q3", "float[2,S,32] q3").replace(
         "{2, 5, -1, 8}", "{2, 0, -1, 8}").replace("float[2,5,32] y", "float[2,S,32] y").replace(
         "{2, 5, -1}", "{2, 0, -1}")
-    m, r, _ = fuse_ort(text)
-    assert not r.modified and near(r, "broadcasts over the query positions (S), and their count is unknown")
+    m, r, original = fuse_ort(text, opset=opset)
+    assert ops(m) == count + ["Concat", "Expand", "MultiHeadAttention"]
+    assert m.graph.nodes[0].inputs[0].name == "q3"
+    assert_same_outputs(original, m, **TOL)
 
 
 def test_mask_with_unknown_heads_refuses():

@@ -58,7 +58,8 @@ or inf in v itself reads differently: the original's 0 * NaN is NaN.)
 The mask must be what the kernel accepts (onnxruntime's Attention does not
 broadcast over query positions, and a 3-d mask is [H, S, T]): rank 2 to 4,
 [..., S, T] with its other dims 1 or equal to H (and B). A mask [B, 1, 1, T]
-(a padding mask) is expanded over S first, when S is known.
+(a padding mask) is expanded over S first: to a constant shape when S is
+known, else to one read from q's shape at run time (S a symbol).
 
 Past keys (GPT-2 with a cache): K = Concat(past_k, heads(k3)) and V =
 Concat(past_v, heads(v3)) along the sequence, each also a graph output
@@ -75,7 +76,8 @@ Refuses when:
  3. q, k, v cannot be shown to share batch and heads (MatMul's broadcasting
     is not Attention's), or a Reshape does more than split/merge the last dim;
  4. the mask's shape is unknown or does not fit (see above), or it needs
-    expanding over an unknown S, or expanding at all below opset 8 (Expand);
+    expanding over an S that is neither an int nor a symbol of q's dims, or
+    expanding at all below opset 8 (Expand; 10 with a symbolic S);
  5. onnxruntime's CPU provider has no kernel for the element type
     (MultiHeadAttention: float and float16 only).
 """
@@ -90,7 +92,7 @@ import numpy as np
 from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain, opset_reason
-from pyonnxopt.fusion.values import dims, same_dim, scalar_of
+from pyonnxopt.fusion.values import constant_ints, dims, same_dim, scalar_of
 from pyonnxopt.symbolic_shapes import broadcast
 
 SPLIT = [0, 2, 1, 3]  # [B, S, H, D] <-> [B, H, S, D]
@@ -98,15 +100,15 @@ SPLIT = [0, 2, 1, 3]  # [B, S, H, D] <-> [B, H, S, D]
 
 def _heads(name: str) -> Op:
     """[B, S, H*D] -> Reshape [B, S, H, D] -> Transpose [B, H, S, D]."""
-    split = Op("Reshape", Var(f"{name}3"), Const(f"{name}_shape"), name=f"{name}_split")
+    split = Op("Reshape", Var(f"{name}3"), Var(f"{name}_shape"), name=f"{name}_split")
     return Op("Transpose", split, name=f"{name}_heads", attrs={"perm": SPLIT})
 
 
 def _heads_seq_first(name: str) -> Op:
     """[S, B, E] -> [S, B*H, D] -> [B*H, S, D] -> [B, H, S, D]."""
-    folded = Op("Reshape", Var(f"{name}s"), Const(f"{name}_fold_shape"), name=f"{name}_fold")
+    folded = Op("Reshape", Var(f"{name}s"), Var(f"{name}_fold_shape"), name=f"{name}_fold")
     batch_first = Op("Transpose", folded, name=f"{name}_batch_first", attrs={"perm": [1, 0, 2]})
-    return Op("Reshape", batch_first, Const(f"{name}_shape"), name=f"{name}_split")
+    return Op("Reshape", batch_first, Var(f"{name}_shape"), name=f"{name}_split")
 
 
 def _packed(unbind: bool) -> tuple:
@@ -114,7 +116,7 @@ def _packed(unbind: bool) -> tuple:
     3, H, D]), [2, 0, 3, 1, 4]): taken by Gather(., i) (torchvision's Swin,
     qkv[0]) or by one Split along axis 0 and a Squeeze of each part (timm,
     qkv.unbind(0)); the three parts are then the same Split's outputs."""
-    split = Op("Reshape", Var("qkv3"), Const("qkv_shape"), name="qkv_split")
+    split = Op("Reshape", Var("qkv3"), Var("qkv_shape"), name="qkv_split")
     heads = Op("Transpose", split, name="qkv_heads", attrs={"perm": [2, 0, 3, 1, 4]})
     if not unbind:
         return tuple(Op("Gather", heads, Const(f"{n}_index", scalar=True), name=f"{n}_pick", attrs={"axis": 0})
@@ -134,8 +136,11 @@ def _variant(layout: str, scale: str, mask: int, guard: bool) -> Op:
         k_t = Op("Transpose", _heads_seq_first("k"), name="k_t", attrs={"perm": [0, 1, 3, 2]})
     elif layout == "3d":
         q, v = _heads("q"), _heads("v")
-        k_t = Op("Transpose", Op("Reshape", Var("k3"), Const("k_shape"), name="k_split"), name="k_t",
+        k_t = Op("Transpose", Op("Reshape", Var("k3"), Var("k_shape"), name="k_split"), name="k_t",
                  attrs={"perm": [0, 2, 3, 1]})
+    elif layout == "3d_heads_t":  # K's heads, then K^T: before optimize_transposes merges the two
+        q, v = _heads("q"), _heads("v")
+        k_t = Op("Transpose", _heads("k"), name="k_t", attrs={"perm": [0, 1, 3, 2]})
     elif layout == "3d_past":
         # The present keys and values are graph outputs too: not exclusive.
         q = _heads("q")
@@ -163,11 +168,11 @@ def _variant(layout: str, scale: str, mask: int, guard: bool) -> Op:
     if guard:
         p = Op("Where", Op("IsNaN", p, name="nan"), Const("nan_zero"), p, name="guarded")
     y = Op("MatMul", p, v, name="context")
-    if layout in ("3d", "3d_past", "packed", "packed_unbind"):
-        y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Const("out_shape"),
+    if layout in ("3d", "3d_heads_t", "3d_past", "packed", "packed_unbind"):
+        y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Var("out_shape"),
                name="merge_heads")
     elif layout == "seq_first":
-        y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": [2, 0, 1, 3]}), Const("out_shape"),
+        y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": [2, 0, 1, 3]}), Var("out_shape"),
                name="merge_heads")
     return y
 
@@ -180,8 +185,8 @@ class FuseAttention(Rule):
     def pattern(self, opset: int) -> list:
         # The 3-d and sequence-first layouts first: they take the head split and merge along.
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
-            ("3d_past", "3d", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k"), (2, 1, 0), ("mul", "div", "both", "q", "none"),
-            (True, False))]
+            ("3d_past", "3d", "3d_heads_t", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k"), (2, 1, 0),
+            ("mul", "div", "both", "q", "none"), (True, False))]
 
     def check(self, m: Match) -> Optional[str]:
         op = _emitted(m)
@@ -206,13 +211,15 @@ class FuseAttention(Rule):
         if isinstance(bhst, str):
             return bhst
         if "mask" in m:
-            why = _mask_reason(_mask_dims(m), bhst)
+            why = _mask_reason(_mask_dims(m), bhst, _query_count(m, bhst[2]) is not None)
             if why:
                 return why
             if m.dtype("mask") != _dtype(m) or ("mask2" in m and m.dtype("mask2") != _dtype(m)):
                 return "the mask's element type is not the inputs'"
-            if _mask_target(m, op, bhst[2]) is not None and m.opset < 8:
-                return f"the mask needs an Expand (to {_mask_target(m, op, bhst[2])}), which needs opset 8"
+            to = _mask_target(m, op, bhst[2])
+            needs = 8 if to is None or all(isinstance(d, int) for d in to) else 10  # Slice of a Shape
+            if to is not None and m.opset < needs:
+                return f"the mask needs an Expand (to {to}), which needs opset {needs}"
         return dtype_reason(MS_DOMAIN if op == "MultiHeadAttention" else "", op, _dtype(m))
 
     def emits_ort_op(self, m: Match) -> bool:
@@ -242,8 +249,7 @@ class FuseAttention(Rule):
             if "mask2" in m:
                 (mask,) = edit.node("Add", [mask, m["mask2"]], hint=f"{mask.name}_masks")
             if to is not None:
-                (mask,) = edit.node("Expand", [mask, edit.constant(np.array(to, np.int64), "mask_over_queries")],
-                                    hint=f"{mask.name}_expanded")
+                (mask,) = edit.node("Expand", [mask, _expand_shape(m, edit, to)], hint=f"{mask.name}_expanded")
             if op == "MultiHeadAttention":
                 inputs += [None, None]  # bias, key_padding_mask
             inputs.append(mask)
@@ -370,6 +376,36 @@ def _mask_target(m: Match, op: str, s) -> Optional[list]:
     return to
 
 
+def _query_count(m: Match, s) -> Optional[tuple]:
+    """(value, axis) of an input whose dim there is S, the query count, to
+    read it at run time; None when none is."""
+    for name in ("q3", "qs", "qkv3", "q"):
+        if name in m:
+            shape = dims(m[name]) or []
+            axis = next((i for i, d in enumerate(shape) if same_dim(d, s)), None)
+            return None if axis is None else (m[name], axis)
+    return None
+
+
+def _expand_shape(m: Match, edit: Edit, to: list):
+    """`to` as an int64 tensor: a constant, or with S read from an input's
+    shape at run time when S is a symbol."""
+    if all(isinstance(d, int) for d in to):
+        return edit.constant(np.array(to, np.int64), "mask_over_queries")
+    value, axis = _query_count(m, to[-2])
+    if m.opset >= 15:
+        (count,) = edit.node("Shape", [value], {"start": axis, "end": axis + 1}, hint="query_count")
+    else:
+        (shape,) = edit.node("Shape", [value], hint="query_shape")
+        (count,) = edit.node("Slice", [shape, edit.constant(np.array([axis], np.int64), "query_axis"),
+                                       edit.constant(np.array([axis + 1], np.int64), "query_axis_end")],
+                             hint="query_count")
+    before = edit.constant(np.ones(len(to) - 2, np.int64), "mask_lead")
+    (target,) = edit.node("Concat", [before, count, edit.constant(np.ones(1, np.int64), "mask_keys")], {"axis": 0},
+                          hint="mask_over_queries")
+    return target
+
+
 def _dtype(m: Match) -> int:
     for name in ("q3", "qs", "qkv3", "q"):
         if name in m:
@@ -493,7 +529,8 @@ def _shared_heads(parts: list, merge_ok) -> Union[tuple, str]:
     if not (same_dim(q[0], k[0]) and same_dim(q[0], v[0]) and q[2] == k[2] == v[2] and same_dim(k[1], v[1])):
         return f"q {list(q)}, k {list(k)}, v {list(v)} do not provably share batch and heads"
     if not merge_ok(q, v):
-        return "the head merge's shape has a 0 (copy a dim) past its second entry"
+        return ("the head merge's result is not [B, S, H*Dv] and its shape may have a 0 (copy a dim) past its "
+                "second entry")
     return q[0], q[2], q[1], k[1]
 
 
@@ -529,21 +566,23 @@ def _merge(m: Match, q: tuple, v: tuple) -> Optional[str]:
 
 
 def _copies_a_moved_dim(m: Match) -> bool:
-    """The head merge's Reshape has a 0 past its second entry (and no
-    allowzero): it copies a dim of its input that the fused form changes."""
-    shape = [int(d) for d in m.array("out_shape").reshape(-1)]
-    return m.root.attributes.get("allowzero", 0) == 0 and 0 in shape[2:]
+    """The head merge's Reshape may have a 0 past its second entry (and no
+    allowzero): it would copy a dim of its input that the fused form
+    changes. A shape computed at run time may."""
+    shape = constant_ints(m["out_shape"])
+    return m.root.attributes.get("allowzero", 0) == 0 and (shape is None or 0 in shape[2:])
 
 
-def _mask_reason(mask: Optional[list], bhst: tuple) -> Optional[str]:
+def _mask_reason(mask: Optional[list], bhst: tuple, counted: bool) -> Optional[str]:
     """None when onnxruntime's Attention takes the mask (after expanding a
-    1 over the query positions), else why not."""
+    1 over the query positions, whose count is known or `counted` at run
+    time from an input's shape), else why not."""
     b, h, s, t = bhst
     if mask is None or not 2 <= len(mask) <= 4:
         return f"the mask's shape {mask} is not 2-d to 4-d"
     if not same_dim(mask[-1], t):
         return f"the mask {mask} does not have the key positions ({t}) last"
-    if not (same_dim(mask[-2], s) or (mask[-2] == 1 and isinstance(s, int))):
+    if not (same_dim(mask[-2], s) or (mask[-2] == 1 and (isinstance(s, int) or counted))):
         return f"the mask {mask} broadcasts over the query positions ({s}), and their count is unknown"
     if len(mask) >= 3 and not (mask[-3] == 1 or same_dim(mask[-3], h)):
         return f"the mask {mask} does not fit the heads ({h})"

@@ -1,0 +1,84 @@
+"""fuse_attention_heads: an opset-23 Attention on 4-d heads split and merged
+around it takes the 3-d tensors and splits the heads itself.
+
+    q = Transpose(Reshape(q3, [B, S, Hq, D]), [0, 2, 1, 3])     (k, v alike, Hkv heads)
+    y = Attention(q, k, v [, mask])
+    out = Reshape(Transpose(y, [0, 2, 1, 3]), [B, S, Hq*Dv])
+->  out = Attention(q3, k3, v3 [, mask], q_num_heads=Hq, kv_num_heads=Hkv)
+
+torch's dynamo exporter writes scaled_dot_product_attention this way at
+opset 23; fuse_attention's 4-d match (q, k, v already [B, H, S, D]) leaves
+the same. The four Transposes and four Reshapes go; the mask, the scale and
+the other attributes stay as they are (the mask broadcasts to [B, Hq, S, T]
+in both layouts). A merge that flattens further (GPT-2's [B*S, E]) keeps
+its Reshape, on the 3-d output.
+
+Refuses when:
+ 1. the Attention returns more than its output (present keys and values,
+    the scores) or takes past keys (the matcher's near miss says which);
+ 2. a Reshape does more than split the last dim into heads, q, k and v do
+    not provably share the batch, or k and v their heads and length;
+ 3. the merge's result is not [B, S, Hq*Dv] and its shape may copy a dim
+    (a 0) that the 3-d form moves.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from pyonnxopt.fusion.pattern import Op, Var
+from pyonnxopt.fusion.rule import Edit, Match, Rule
+from pyonnxopt.fusion.rules.fuse_attention import SPLIT, _heads, _merge, _split
+from pyonnxopt.fusion.values import same_dim
+
+
+class FuseAttentionHeads(Rule):
+    name = "fuse_attention_heads"
+    description = "Attention on heads split and merged around it (opset 23, 4-d) -> Attention on the 3-d tensors"
+    min_opset = 23
+
+    def pattern(self, opset: int) -> list:
+        def variant(masked: bool) -> Op:
+            inputs = [_heads("q"), _heads("k"), _heads("v")] + ([Var("mask")] if masked else [])
+            y = Op("Attention", *inputs, name="attention")
+            return Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Var("out_shape"),
+                      name="merge_heads")
+
+        return [variant(True), variant(False)]
+
+    def check(self, m: Match) -> Optional[str]:
+        heads = _heads_of(m)
+        return heads if isinstance(heads, str) else None
+
+    def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
+        hq, hkv = _heads_of(m)
+        attention = m["attention"]
+        inputs = [m["q3"], m["k3"], m["v3"]] + ([m["mask"]] if "mask" in m else [])
+        heads = {"q_num_heads": hq, "kv_num_heads": hkv}
+        if _merge(m, _split(m, "q"), _split(m, "v")) == "exact":
+            edit.replace_root("Attention", inputs, heads, copy_attrs_from=attention)
+            return None
+        (y,) = edit.node("Attention", inputs, hint=f"{attention.name}_3d")
+        made = edit.added[-1]
+        made.copy_attributes(attention)
+        for name, value in heads.items():
+            made.set_attribute(name, value)
+        edit.replace_root("Reshape", [y, m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)})
+        return None
+
+
+def _heads_of(m: Match) -> Union[tuple, str]:
+    """(Hq, Hkv) once the splits, the Attention and the merge fit, else why not."""
+    parts = [_split(m, n) for n in ("q", "k", "v")]
+    for p in parts:
+        if isinstance(p, str):
+            return p
+    q, k, v = parts
+    if not (same_dim(q[0], k[0]) and same_dim(q[0], v[0]) and k[2] == v[2] and same_dim(k[1], v[1])):
+        return f"q {list(q)}, k {list(k)}, v {list(v)} do not provably share batch (and k, v heads and length)"
+    if q[2] % k[2]:
+        return f"{q[2]} query heads are not a multiple of {k[2]} key/value heads"
+    if _merge(m, q, v) is None:
+        return ("the head merge's result is not [B, S, H*Dv] and its shape may have a 0 (copy a dim) past its "
+                "second entry")
+    return q[2], k[2]
