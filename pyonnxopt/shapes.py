@@ -76,7 +76,9 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
     try:
         proto = onnx.ModelProto.FromString(model._core.serialize_weightless(WEIGHTLESS_THRESHOLD))
         _stand_in_for_onnxruntime_ops(proto.graph)
+        kept = _forget_generated(proto.graph)
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        _rename_generated(inferred.graph, kept)
         refined = symbolic_shapes.refine(inferred.graph)
     except Exception as e:  # onnx raises several kinds; none may stop the passes that need no shapes
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -115,6 +117,73 @@ def _stand_in_for_onnxruntime_ops(graph) -> None:
     graph.node.extend(nodes)
 
 
+def _generated(name: str) -> int:
+    """N of onnx's generated symbol unk__N, else -1."""
+    return int(name[5:]) if name.startswith("unk__") and name[5:].isdigit() else -1
+
+
+def _forget_generated(graph) -> tuple:
+    """Clears the generated unk__ symbols of the main graph's value_info in
+    the copy: onnx keeps a symbol it finds there over what it infers, so a
+    dim once unknown (a Reshape target computed by nodes that later passes
+    simplified) would stay unknown. Returns (the generated names still in
+    the copy, the largest N seen) for `_rename_generated`."""
+    largest = -1
+    for vi in graph.value_info:
+        for d in vi.type.tensor_type.shape.dim:
+            if _generated(d.dim_param) >= 0:
+                largest = max(largest, _generated(d.dim_param))
+                d.ClearField("dim_param")
+    still = {d.dim_param for d in _all_dims(graph) if _generated(d.dim_param) >= 0}
+    return still, max([largest, *(_generated(n) for n in still)])
+
+
+def _rename_generated(graph, kept: tuple) -> None:
+    """onnx names what it could not work out unk__0, unk__1, ... afresh: in
+    the main graph's value_info, each name it made now becomes one above
+    every N the model had, so that it never reads as a dim the model already
+    gave that name (a false equality)."""
+    still, largest = kept
+    made = {}
+    top = max([largest, *(_generated(d.dim_param) for d in _all_dims(graph))])
+    for vi in graph.value_info:
+        for d in vi.type.tensor_type.shape.dim:
+            if _generated(d.dim_param) >= 0 and d.dim_param not in still:
+                if d.dim_param not in made:
+                    top += 1
+                    made[d.dim_param] = f"unk__{top}"
+                d.dim_param = made[d.dim_param]
+
+
+def _all_dims(graph):
+    """Every dim of the graph's and its subgraphs' inputs, outputs and value_info."""
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        if vi.type.HasField("tensor_type"):
+            yield from vi.type.tensor_type.shape.dim
+    for n in graph.node:
+        for a in n.attribute:
+            for body in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _all_dims(body)
+
+
+def _merged(type_proto, value) -> None:
+    """Where the inferred type says less of a dim than the value does (or
+    only another generated name), the value's dim goes back into it."""
+    t = value.type
+    if t.get("kind") != "tensor" or t.get("shape") is None or not type_proto.HasField("tensor_type"):
+        return
+    dims = type_proto.tensor_type.shape.dim
+    if len(dims) != len(t["shape"]):
+        return
+    for d, old in zip(dims, t["shape"]):
+        new = d.dim_value if d.HasField("dim_value") else d.dim_param
+        if _dim_score(old) >= _dim_score(new) and old is not None and old != "":
+            if isinstance(old, int):
+                d.dim_value = old
+            else:
+                d.dim_param = old
+
+
 def _write_back(pg, g: Graph, update_outputs: bool) -> int:
     typed = 0
     entries = list(pg.value_info) + (list(pg.output) if update_outputs else [])
@@ -124,6 +193,7 @@ def _write_back(pg, g: Graph, update_outputs: bool) -> int:
             continue
         if v.is_graph_output and not update_outputs:
             continue
+        _merged(vi.type, v)
         if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1

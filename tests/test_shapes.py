@@ -120,3 +120,33 @@ def test_inference_sees_through_the_onnxruntime_ops_fusions_emit():
     pyonnxopt.shapes.infer(m)
     assert m.graph.value("a").type["shape"] == [2, 5, 8] and m.graph.value("r").type["shape"] == [2, 5, 8]
     assert [n.op_type for n in m.graph.nodes] == ["SkipLayerNormalization", "FastGelu", "MatMul", "Neg"]
+
+
+def test_a_dim_onnx_once_named_unk_is_worked_out_later():
+    # The Reshape's target once came through nodes onnx could not follow (its
+    # value_info says unk__1); now it is Concat(-1, Shape(ids)[1], 8), and
+    # inference says S.
+    text = """g (float[B,4,S,8] x, int64[B,S] ids) => (float[unk__1,S,8] y, int64 k) <
+            int64[1] m1 = {-1}, int64[1] d = {8}> {
+        s = Shape<start = 1, end = 2>(ids)
+        t = Concat<axis = 0>(m1, s, d)
+        r = Reshape(x, t)
+        y = Relu(r)
+        nz = NonZero(x)
+        n = NonZero(ids)
+        a = ReduceSum<keepdims = 0>(nz)
+        b = ReduceSum<keepdims = 0>(n)
+        k = Add(a, b)
+    }"""
+    proto = parse(text, 17)
+    vi = onnx.helper.make_tensor_value_info
+    proto.graph.value_info.extend([vi("r", onnx.TensorProto.FLOAT, ["unk__1", "unk__2", 8]),
+                                   vi("n", onnx.TensorProto.INT64, [2, "unk__0"])])
+    m = pyonnxopt.load(proto)
+    pyonnxopt.shapes.infer(m)
+    assert m.graph.value("r").type["shape"] == ["unk__1", "S", 8]  # onnx has no better name for B*4
+    # onnx names NonZero's count afresh: never as the model names another dim
+    # (n's unk__0, which onnx would give the first NonZero here).
+    assert m.graph.value("n").type["shape"] == [2, "unk__0"]
+    made = m.graph.value("nz").type["shape"]
+    assert made[0] == 4 and made[1] not in ("unk__0", "unk__1", "unk__2", "S", "B")

@@ -1,0 +1,46 @@
+"""eliminate_same_shape_reshapes: a Reshape whose result provably has its
+input's dims, symbol by symbol, changes nothing.
+
+    y = Reshape(x, shape)      dims(y) == dims(x), each an int or a symbol
+ -> y = x
+
+eliminate_nop does this where the target is a constant; torch's dynamo
+exporter computes targets at run time (Shape, Slice, Concat), and after
+scaled dot-product attention writes such a Reshape of its output back to
+the shape it has, [B, H, S, D]. Shape inference works the target out as
+the input's own symbols, and that is what this rule reads.
+
+Refuses when a dim of x or y is unknown (neither an int nor a symbol), or
+the two differ in rank or in any dim.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pyonnxopt.fusion.pattern import Op, Var
+from pyonnxopt.fusion.rule import Edit, Match, Rule
+from pyonnxopt.fusion.values import dims, same_dim
+
+
+class EliminateSameShapeReshapes(Rule):
+    name = "eliminate_same_shape_reshapes"
+    description = "Reshape whose result provably has its input's dims (symbols included) -> its input"
+    min_opset = 5  # Reshape with a shape input
+    after_cleanup = False  # a cleanup itself: the fusions after it see the graph without it
+
+    def pattern(self, opset: int) -> Op:
+        return Op("Reshape", Var("x"), Var("shape"), name="reshape")
+
+    def check(self, m: Match) -> Optional[str]:
+        x, y = dims(m["x"]), dims(m.root.outputs[0])
+        if x is None or y is None or None in x or None in y:
+            return f"dims unknown: {x} -> {y}"
+        if len(x) != len(y) or not all(same_dim(a, b) for a, b in zip(x, y)):
+            return f"the dims change: {x} -> {y}"
+        return None
+
+    def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
+        if edit.bypass_root(m["x"]) is not None:  # a graph input straight to a graph output
+            edit.replace_root("Identity", [m["x"]])
+        return None
