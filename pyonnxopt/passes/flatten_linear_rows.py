@@ -228,8 +228,6 @@ def _plan(c: _Component, g, opset: int) -> Optional[str]:
         if add in c.members and add.op_type == "Add" and len(add.inputs) == 2 \
                 and not _rows_of(add.inputs[1 - index], c.rows) and dims(add.outputs[0]) == dims(out):
             c.gemms.append((n, add, 1 - index))  # a bias that widened the product is no Gemm's C
-    if not c.gemms:
-        return "no MatMul + bias in it"
     seen = set()
     for n in c.nodes:
         for v in n.inputs:
@@ -264,6 +262,9 @@ def _plan(c: _Component, g, opset: int) -> Optional[str]:
         targets.update(t for _, t in reshapes if isinstance(t, tuple))
         if (others or w.is_graph_output) and not _static(c.rows):
             targets.add((len(c.rows), (dims(w)[-1],)))
+    nops = _reshapes_made_nops(c)
+    if not c.gemms and not nops:
+        return "no MatMul + bias in it, nor a Reshape to or from [rows, K] it makes a no-op"
     if targets:
         why = _choose_source(c, g, opset)  # may keep an entry's Reshape: before counting the entries
         if why:
@@ -276,10 +277,25 @@ def _plan(c: _Component, g, opset: int) -> Optional[str]:
             c.added += 1 + (opset < 15) + len(partial) + sum(1 for lead, _ in partial if lead < k)
     c.added += sum(1 for _, retarget in c.entries if not retarget)
     c.added += sum(1 for _, _, others, is_output in c.exits if others or is_output)
-    if c.added >= len(c.gemms):
-        gemms = f"{len(c.gemms)} Gemm" + ("s" if len(c.gemms) > 1 else "")
-        return f"{gemms} would take {c.added} Reshapes and shape nodes"
+    if c.added >= len(c.gemms) + nops:
+        gemms = f"{len(c.gemms)} Gemm" + ("s" if len(c.gemms) != 1 else "")
+        return f"{gemms} and {nops} Reshapes made no-ops would take {c.added} Reshapes and shape nodes"
     return None
+
+
+def _reshapes_made_nops(c: _Component) -> int:
+    """Reshapes at the region's border that the rewrite leaves with nothing
+    to do (eliminate_nop then removes them): an entry's Reshape of a 2-D
+    value (a Gemm's [B*S, N] back to [B, S, N]), which gets the target
+    [-1, N], and an exit's Reshape reader that flattens to [-1, K] (the
+    flattening before a Gemm). GPT-2 writes each Linear that way."""
+    count = sum(1 for v, retarget in c.entries
+                if retarget and (d := dims(v.producer.inputs[0])) is not None and len(d) == 2 and d[1] == dims(v)[-1])
+    for w, reshapes, _, _ in c.exits:
+        width = dims(w)[-1]
+        count += sum(1 for _, target in reshapes if isinstance(target, list) and len(target) == 2
+                     and target[1] == width and (target[0] == -1 or (_static(c.rows) and target[0] == math.prod(c.rows))))
+    return count
 
 
 def _static(rows: tuple) -> bool:

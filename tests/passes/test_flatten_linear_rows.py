@@ -149,7 +149,30 @@ def test_refused_when_the_reshapes_cost_what_the_gemms_save():
                          **rng_weights(w=(8, 8), b=(8,)))
     m, r = flattened(proto, modified=False)
     assert [n.op_type for n in m.graph.nodes] == ["MatMul", "Add"]
-    assert r.stats["refused"] == ["the region at 'MatMul->h' (2 nodes): 1 Gemm would take 2 Reshapes and shape nodes"]
+    assert r.stats["refused"] == ["the region at 'MatMul->h' (2 nodes): 1 Gemm and 0 Reshapes made no-ops would "
+                                  "take 2 Reshapes and shape nodes"]
+
+
+@pytest.mark.parametrize("batch", ["2", "N"])
+def test_gpt2_gemm_sandwiches_lose_their_reshapes(batch):
+    """GPT-2 writes each Linear as Reshape [-1, K] -> Gemm -> Reshape [B, S,
+    N]; the rows' ops between (a norm, an activation, the residual Add) then
+    run on [B*S, K] and those Reshapes have nothing left to do."""
+    proto = with_weights(f"""g (float[{batch},3,8] x) => (float[{batch},3,8] y) {{
+        n = LayerNormalization <axis = -1> (x, gamma, beta)
+        f = Reshape (n, flat8)   h = Gemm (f, w1, b1)   s = Shape <start = 0, end = 2> (x)
+        t16 = Concat <axis = 0> (s, c16)   h3 = Reshape (h, t16)   g = Relu (h3)
+        f2 = Reshape (g, flat16)   o = Gemm (f2, w2, b2)   t8 = Concat <axis = 0> (s, c8)
+        o3 = Reshape (o, t8)   y = Add (o3, x)
+    }}""", flat8=np.array([-1, 8]), flat16=np.array([-1, 16]), c16=np.array([16]), c8=np.array([8]),
+        **rng_weights(gamma=(8,), beta=(8,), w1=(8, 16), b1=(16,), w2=(16, 8), b2=(8,)))
+    m, r = flattened(proto)
+    for name in ("eliminate_nop", "eliminate_dead_code"):
+        get(name).run(m, PassOptions())
+    ops = [n.op_type for n in m.graph.nodes]
+    assert ops.count("Gemm") == 2 and ops.count("Reshape") == 2, ops  # x in, y out
+    for n in (1, 4):
+        assert_same(proto, m, x=[n if batch == "N" else 2, 3, 8])
 
 
 @pytest.mark.parametrize("why, text", [
