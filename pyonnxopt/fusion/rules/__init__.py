@@ -4,6 +4,7 @@ from pyonnxopt.fusion.rules.cancel_reshapes_around_add import CancelReshapesArou
 from pyonnxopt.fusion.rules.cancel_row_transposes import CancelRowTransposes
 from pyonnxopt.fusion.rules.fuse_attention import FuseAttention
 from pyonnxopt.fusion.rules.fuse_attention_heads import FuseAttentionHeads
+from pyonnxopt.fusion.rules.fuse_attention_repeat_kv import FuseAttentionRepeatKv
 from pyonnxopt.fusion.rules.fuse_bias_gelu import FuseBiasGelu
 from pyonnxopt.fusion.rules.fuse_consecutive_slices import FuseConsecutiveSlices
 from pyonnxopt.fusion.rules.fuse_conv_activation import FuseConvActivation
@@ -37,6 +38,7 @@ BUILTIN_RULES: list = [
     CancelReshapesAroundAdd(),  # Swin's shifted-window mask, so that its attention fuses
     FuseAttention(),
     FuseAttentionHeads(),  # an Attention already there (opset 23) or just made on 4-d heads
+    FuseAttentionRepeatKv(),
     # Data movement.
     FuseConsecutiveSlices(),
     CancelRowTransposes(),
