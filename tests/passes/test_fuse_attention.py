@@ -303,9 +303,18 @@ def test_past_keys_without_a_mask_leave_its_slot_empty():
     assert_same_outputs(original, m, **TOL)
 
 
-def test_past_keys_are_not_given_to_multi_head_attention():
-    m, r, original = fuse("fuse_attention", PAST, opset=20, target="ort")
-    assert not r.modified and near(r, "become the opset-23 Attention's only")
+@pytest.mark.parametrize("masked", [True, False])
+def test_past_keys_go_to_multi_head_attention_below_opset_23(masked):
+    text = PAST if masked else PAST.replace(",\n        float[2,1,5,8] mask)", ")").replace(
+        "a = Add(s, mask)  p = Softmax <axis = -1> (a)", "p = Softmax <axis = -1> (s)")
+    m, r, original = fuse("fuse_attention", text, opset=20, target="ort")
+    ops_ = [n.op_type for n in m.graph.nodes]
+    mha = next(n for n in m.graph.nodes if n.op_type == "MultiHeadAttention")
+    bias = "mask" if masked else ""  # [B, 1, S, T] already: no Expand
+    assert ops_ == ["MultiHeadAttention"]
+    assert [v.name if v is not None else "" for v in mha.inputs] == ["q3", "k3", "v3", "", "", bias, "past_k", "past_v"]
+    assert [v.name for v in mha.outputs] == ["y", "present_k", "present_v"] and mha.attributes["num_heads"] == 4
+    assert_same_outputs(original, m, **TOL)
 
 
 def test_a_past_of_a_batch_not_provably_the_same_refuses():

@@ -64,9 +64,10 @@ known, else to one read from q's shape at run time (S a symbol).
 Past keys (GPT-2 with a cache): K = Concat(past_k, heads(k3)) and V =
 Concat(past_v, heads(v3)) along the sequence, each also a graph output
 (the present keys and values). The 3-d layout then becomes
-Attention(q3, k3, v3, mask, past_k, past_v), whose second and third outputs
-are those Concats' (opset 23 only: MultiHeadAttention's past inputs differ,
-and its unidirectional=1 is not causal when S < T on CPU).
+Attention(q3, k3, v3, mask, past_k, past_v), or (--target ort below opset
+23) MultiHeadAttention(q3, k3, v3, "", "", mask, past_k, past_v), whose
+second and third outputs are those Concats'. (Its unidirectional=1 is not
+used: it is not causal when S < T on CPU; the exporters add the causal mask.)
 
 Refuses when:
  1. the opset is below 23 and the target is onnx, or the layout is 4-D;
@@ -195,8 +196,6 @@ class FuseAttention(Rule):
             if why:
                 return why + ("; MultiHeadAttention takes only the 3-d layout (heads split and merged around it)"
                               if m.options.target == "ort" else "")
-        if "past_k" in m and op == "MultiHeadAttention":
-            return "past keys and values (Concat(past, new)) become the opset-23 Attention's only"
         axis = m["probs"].attributes.get("axis", -1)
         if axis != -1 and axis != len(dims(m["probs"].inputs[0]) or []) - 1:
             return f"the Softmax is over axis {axis}, not the last"
@@ -261,8 +260,9 @@ class FuseAttention(Rule):
         # root's output (`last` is a value once made, else the node to make).
         last = (op, inputs, attrs, domain)
         if "past_k" in m:  # it also returns the present keys and values, the Concats' outputs
-            inputs += [None] * (4 - len(inputs)) + [m["past_k"], m["past_v"]]
-            last, present_k, present_v = edit.node(op, inputs, attrs, outputs=3)
+            slots = 6 if op == "MultiHeadAttention" else 4  # the past after bias, key_padding_mask, attention_bias
+            inputs += [None] * (slots - len(inputs)) + [m["past_k"], m["past_v"]]
+            last, present_k, present_v = edit.node(op, inputs, attrs, domain=domain, outputs=3)
             edit.replace_value(m["k_present"].outputs[0], present_k)
             edit.replace_value(m["v_present"].outputs[0], present_v)
 
