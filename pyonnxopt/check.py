@@ -56,12 +56,13 @@ def session(model_source, external_folder: Optional[str] = None):
 CHECK_SIZES = (1, 32, 224, 1024)
 
 
-def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1) -> dict:
+def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
+                  symbols: Optional[dict] = None) -> dict:
     """Seeded inputs: floats ~ N(0, 1), integers 0 or 1 (index-like inputs
     such as token ids, token types and masks stay in range of any table),
     booleans at random; unknown dims are 1 on an input's first axis (a
-    batch) and `size` after it. Inputs named in `given` (the caller has
-    them) are left out."""
+    batch) and `size` after it, but a named dim in `symbols` takes its size
+    there. Inputs named in `given` (the caller has them) are left out."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for i in sess.get_inputs():
@@ -70,7 +71,7 @@ def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1)
         dtype = _ORT_TYPES.get(i.type)
         if dtype is None:
             raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate")
-        shape = [d if isinstance(d, int) and d >= 0 else 1 if axis == 0 else size
+        shape = [d if isinstance(d, int) and d >= 0 else (symbols or {}).get(d, 1 if axis == 0 else size)
                  for axis, d in enumerate(i.shape or [])]
         if np.issubdtype(dtype, np.floating):
             feeds[i.name] = rng.standard_normal(shape).astype(dtype)
@@ -88,6 +89,7 @@ class CheckResult:
     first_mismatch: Optional[str] = None
     unloadable: Optional[str] = None  # onnxruntime's words when it could not load the candidate
     unknown_dims: int = 1  # the size generated inputs had for unknown dims past the first axis
+    named_dims: Optional[dict] = None  # sizes given to named dims, where they had to differ (total = past + seq)
 
     @staticmethod
     def not_loaded(e: BaseException) -> "CheckResult":
@@ -122,18 +124,25 @@ class Reference:
         self.seed = None if inputs else seed
         self._want: dict = {}
         self._steady = False  # whether the original was seen to give the same outputs twice
-        self._sizes = CHECK_SIZES if _grows(shaped_by, set(inputs or {})) else CHECK_SIZES[:1]
-        for size in self._sizes:
-            self.feeds = random_inputs(shaped_by, seed, given=set(inputs or {}), size=size)
+        grows = _grows(shaped_by, set(inputs or {}))
+        self._sizes = CHECK_SIZES if grows else CHECK_SIZES[:1]
+        tries = [(size, None) for size in self._sizes] + (_sums(shaped_by, set(inputs or {})) if grows else [])
+        first_failure = None
+        for size, symbols in tries:
+            self.feeds = random_inputs(shaped_by, seed, given=set(inputs or {}), size=size, symbols=symbols)
             self.feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
             self.where = "given inputs" if inputs else f"seed {seed}" + (f", unknown dims {size}" if size > 1 else "")
-            self.unknown_dims = size
-            try:  # the outputs that must be there (else all): a run that fails says to try the next size
+            if symbols and not inputs:
+                self.where += ", " + ", ".join(f"{name} {value}" for name, value in symbols.items())
+            self.unknown_dims, self.named_dims = size, symbols
+            try:  # the outputs that must be there (else all): a run that fails says to try the next one
                 self._expect(self.required or [o.name for o in original.get_outputs()])
                 break
-            except CheckUnavailable:
-                if size == self._sizes[-1]:
-                    raise
+            except CheckUnavailable as e:
+                first_failure = first_failure or e
+                if (size, symbols) == tries[-1]:
+                    sums = ", and each named dim 2 with the others 1" if len(tries) > len(self._sizes) else ""
+                    raise CheckUnavailable(str(first_failure).replace(" tried)", f" tried{sums})", 1)) from e
 
     def _run_original(self, names: list) -> list:
         try:
@@ -174,7 +183,7 @@ class Reference:
         except Exception as e:
             return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model: {first_line(e)})")
         result = _compare_outputs(names, want, got, self.rtol, self.atol, self.where)
-        result.unknown_dims = self.unknown_dims
+        result.unknown_dims, result.named_dims = self.unknown_dims, self.named_dims
         if result.first_mismatch and not self._steady:
             again = self._run_original(names)
             if _compare_outputs(names, want, again, self.rtol, self.atol, "").first_mismatch:
@@ -213,6 +222,15 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
     reference = Reference(a, seed=seed, inputs=inputs, shaped_by=b if shapes_from_optimized else None,
                           required=required_outputs, rtol=rtol, atol=atol)
     return reference.compare(b)
+
+
+def _sums(sess, given: set) -> list:
+    """Tries for inputs whose named dims are related, one per named dim: it
+    is 2, every other named dim 1. A decoder's attention mask covers the
+    past and the new tokens: total = past + seq = 1 + 1. [(1, {name: size})]"""
+    names = list(dict.fromkeys(d for i in sess.get_inputs() if i.name not in given for d in (i.shape or [])
+                               if isinstance(d, str) and d))
+    return [(1, {n: 2 if n == total else 1 for n in names}) for total in names] if len(names) >= 3 else []
 
 
 def _grows(sess, given: set) -> bool:

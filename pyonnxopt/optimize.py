@@ -230,4 +230,6 @@ def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed
         out["unloadable"] = result.unloadable
     if result.unknown_dims > 1 and not inputs:
         out["unknown_dims"] = result.unknown_dims
+    if result.named_dims and not inputs:
+        out["named_dims"] = result.named_dims
     return out

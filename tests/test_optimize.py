@@ -117,6 +117,45 @@ def test_a_strided_stem_is_checked_on_inputs_large_enough(tmp_path, capsys, monk
     assert "(max abs diff 0.0e+00, seed 0, unknown dims 32)" in capsys.readouterr().out
 
 
+
+def _cache_model(extra_column: bool):
+    """A mask [batch, total] stacked under Concat(cache, x): total must be
+    past + seq (+ 1 with `extra_column`, which no try of the check gives)."""
+    from onnx import parser
+
+    parts = "cache, a, one" if extra_column else "cache, a"
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + f"""
+        g (float[batch,seq] x, float[batch,past] cache, float[batch,total] mask) => (float[rows,total] y)
+          <float[1,1] one = {{1.0}}> {{
+            a = Identity(x)
+            c = Concat <axis = 1> ({parts})
+            y = Concat <axis = 0> (c, mask)
+        }}""")
+    return model
+
+
+def test_a_cache_whose_mask_covers_past_and_new_tokens_is_checked(tmp_path, capsys, monkeypatch):
+    # The mask's length is its own name, total, and must be past + seq: no
+    # one size for every unknown dim runs the original; total 2 beside 1s does.
+    path = tmp_path / "cache.onnx"
+    onnx.save(_cache_model(False), path)
+    _, report = optimize(str(path), str(tmp_path / "out.onnx"))
+    check = report["check"]
+    assert check["first_mismatch"] is None and check["named_dims"] == {"batch": 1, "seq": 1, "past": 1, "total": 2}
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["optimize", str(path), str(tmp_path / "out.onnx")]) == 0
+    assert "seed 0, batch 1, seq 1, past 1, total 2)" in capsys.readouterr().out
+
+
+def test_inputs_no_try_fits_are_reported_with_the_first_tries_error(tmp_path):
+    path = tmp_path / "odd.onnx"
+    onnx.save(_cache_model(True), path)
+    _, report = optimize(str(path), str(tmp_path / "out.onnx"))
+    skipped = report["check"]["skipped"]
+    assert "(unknown dims 1, 32, 224, 1024 tried, and each named dim 2 with the others 1)" in skipped
+    assert "Concat" in skipped
+
+
 def test_same_input_and_options_give_byte_identical_output(cnn_path, tmp_path):
     optimize(cnn_path, tmp_path / "a.onnx")
     optimize(cnn_path, tmp_path / "b.onnx")

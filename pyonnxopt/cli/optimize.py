@@ -206,6 +206,8 @@ def render(report: dict) -> None:
         inputs = f"seed {check['seed']}" if check["seed"] is not None else "given inputs"
         if "unknown_dims" in check:
             inputs += f", unknown dims {check['unknown_dims']}"
+        if "named_dims" in check:
+            inputs += ", " + ", ".join(f"{esc(name)} {size}" for name, size in check["named_dims"].items())
         out.print(f"checked in onnxruntime: {check['outputs']} outputs match (max abs diff {check['max_abs_diff']:.1e}, "
                   f"{inputs})")
     if "verified_each_pass" in report:

@@ -4,6 +4,8 @@ onnxruntime's Attention against MatMul/Softmax/MatMul, rtol 1e-5, atol 1e-5."""
 
 import math
 
+import numpy as np
+
 import pytest
 
 import pyonnxopt
@@ -21,6 +23,25 @@ def bhsd(scores="s = Div(qk, c)", mask_in="", mask="", io=QKV, out="float[2,4,5,
     return f"""g ({io}{mask_in}) => ({out}) <{consts}> {{
         kt = Transpose <perm = [0, 1, 3, 2]> (k)  qk = MatMul(q, kt)  {scores}  {m_line}  {softmax}  y = MatMul(p, v)
     }}"""
+
+
+def unguarded(m) -> list:
+    """structure(m) without the Equal/Where pair that moves a mask's lowest
+    value one step up (see test_a_query_whose_keys_are_all_masked...): the
+    Attention reads, by name, the mask it maps."""
+    out, alias = [], {}
+    for op, ins, outs in structure(m):
+        if op == "Equal" and ins[1].startswith("mask_lowest"):
+            continue
+        if op == "Where" and ins[0].endswith("_is_lowest"):
+            alias[outs[0]] = ins[2]
+            continue
+        out.append((op, [alias.get(i, i) for i in ins], outs))
+    return out
+
+
+def unguarded_ops(m) -> list:
+    return [op for op, _, _ in unguarded(m)]
 
 
 def attention_of(m):
@@ -45,7 +66,7 @@ def test_torch_sdpa_spelling_scales_q_and_k_and_adds_a_mask():
         a = Add(s, mask)  p = Softmax <axis = -1> (a)  y = MatMul(p, v)
     }}"""
     m, r, original = fuse("fuse_attention", text, opset=23)
-    assert structure(m) == [("Attention", ["q", "k", "v", "mask"], ["y"])]
+    assert unguarded(m) == [("Attention", ["q", "k", "v", "mask"], ["y"])]
     assert abs(attention_of(m).attributes["scale"] - 0.59460354 ** 2) < 1e-7
     assert_same_outputs(original, m, **TOL)
 
@@ -54,15 +75,16 @@ def test_torch_sdpa_spelling_scales_q_and_k_and_adds_a_mask():
 def test_mask_shapes_onnxruntime_takes(mask_type):
     text = bhsd("s = Mul(qk, c)", f", {mask_type} mask", "m = Add(mask, s)", consts="float c = {0.35355339}")
     m, r, original = fuse("fuse_attention", text, opset=23)
-    assert structure(m) == [("Attention", ["q", "k", "v", "mask"], ["y"])]
+    assert unguarded(m) == [("Attention", ["q", "k", "v", "mask"], ["y"])]
     assert_same_outputs(original, m, **TOL)
 
 
 def test_padding_mask_is_expanded_over_query_positions():
     text = bhsd("s = Mul(qk, c)", ", float[2,1,1,6] mask", "m = Add(s, mask)", consts="float c = {0.35355339}")
     m, r, original = fuse("fuse_attention", text, opset=23)
-    assert ops(m) == ["Expand", "Attention"]
-    assert m.graph.nodes[0].inputs[1].initializer.numpy().tolist() == [1, 1, 5, 1]
+    assert unguarded_ops(m) == ["Expand", "Attention"]
+    expand = next(n for n in m.graph.nodes if n.op_type == "Expand")
+    assert expand.inputs[1].initializer.numpy().tolist() == [1, 1, 5, 1]
     assert_same_outputs(original, m, **TOL)
 
 
@@ -71,8 +93,9 @@ def test_padding_mask_over_symbolic_query_positions_reads_their_count():
     text = bhsd("s = Mul(qk, c)", ", float[2,1,1,6] mask", "m = Add(s, mask)", io=io, out="float[2,4,S,8] y",
                 consts="float c = {0.35355339}")
     m, r, original = fuse("fuse_attention", text, opset=23)
-    assert ops(m) == ["Shape", "Concat", "Expand", "Attention"]
-    assert m.graph.nodes[0].inputs[0].name == "q" and m.graph.nodes[0].attributes == {"start": 2, "end": 3}
+    assert unguarded_ops(m) == ["Shape", "Concat", "Expand", "Attention"]
+    shape = next(n for n in m.graph.nodes if n.op_type == "Shape")
+    assert shape.inputs[0].name == "q" and shape.attributes == {"start": 2, "end": 3}
     assert_same_outputs(original, m, **TOL)
 
 
@@ -83,6 +106,42 @@ def test_padding_mask_over_unknown_query_positions_refuses():
     m, r, _ = fuse("fuse_attention", text, opset=23, infer=False)
     assert not r.modified and near(r, "broadcasts over the query positions (None), and their count is unknown")
 
+
+
+def _fully_masked_row(lowest_constant: bool):
+    """(text, feeds): an additive mask made from a boolean one as torch
+    writes it, Where(keep, 0, finfo.min), and an input whose query row 1
+    of batch 1 sees no key."""
+    low = float(np.finfo(np.float32).min)
+    where = f"am = Where(keep, zero, low)" if lowest_constant else "am = Identity(maskf)"
+    mask_in = ", bool[2,1,5,6] keep, float[2,1,5,6] maskf"
+    text = bhsd("s = Mul(qk, c)", mask_in, f"{where}  m = Add(s, am)",
+                consts=f"float c = {{0.35355339}}, float zero = {{0.0}}, float low = {{{low!r}}}")
+    rng = np.random.default_rng(0)
+    keep = np.ones((2, 1, 5, 6), bool)
+    keep[1, 0, 1] = False
+    feeds = {n: rng.standard_normal(sh).astype(np.float32) for n, sh in (("q", (2, 4, 5, 8)), ("k", (2, 4, 6, 8)),
+                                                                          ("v", (2, 4, 6, 8)))}
+    feeds.update(keep=keep, maskf=np.where(keep, 0, np.float32(low)).astype(np.float32))
+    return text, feeds
+
+
+@pytest.mark.parametrize("lowest_constant", [True, False])
+def test_a_query_whose_keys_are_all_masked_with_finfo_min_keeps_its_output(lowest_constant):
+    """onnxruntime's Attention reads the type's lowest value as -inf and
+    gives 0 for a query that sees no key; the original spreads that query
+    evenly over the keys. The mask's lowest value goes one step up first."""
+    from pyonnxopt.check import session
+
+    text, feeds = _fully_masked_row(lowest_constant)
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    # torch's Where(keep, 0, finfo.min) is made again with the step-up constant; another mask is mapped
+    assert ops(m) == (["Where", "Where", "Attention"] if lowest_constant else
+                      ["Identity", "Equal", "Where", "Attention"])
+    want = session(original.SerializeToString()).run(None, feeds)[0]
+    have = session(m.to_bytes()).run(None, feeds)[0]
+    np.testing.assert_allclose(have[1, :, 1], feeds["v"][1].mean(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(have, want, **TOL)
 
 def test_mask_with_an_unknown_heads_dim_refuses():
     text = bhsd("s = Mul(qk, c)", ", float[N,5,6] mask", "m = Add(s, mask)", consts="float c = {0.35355339}")
@@ -139,7 +198,7 @@ SPLIT_MERGE = """g (float[2,5,32] q3, float[2,6,32] k3, float[2,6,32] v3, float[
 
 def test_head_split_and_merge_are_absorbed():
     m, r, original = fuse("fuse_attention", SPLIT_MERGE.format(out="float[2,5,32] y", merge="2, 5, -1"), opset=23)
-    assert structure(m) == [("Attention", ["q3", "k3", "v3", "mask"], ["y"])]
+    assert unguarded(m) == [("Attention", ["q3", "k3", "v3", "mask"], ["y"])]
     attrs = attention_of(m).attributes
     assert attrs["q_num_heads"] == 4 and attrs["kv_num_heads"] == 4
     assert_same_outputs(original, m, **TOL)
@@ -149,7 +208,7 @@ def test_merge_that_flattens_further_keeps_its_reshape():
     # GPT-2 merges batch and sequence too, for its Gemm: [B*S, H*Dv].
     text = SPLIT_MERGE.format(out="float[10,32] y", merge="-1, 32").replace("int64[3] osh", "int64[2] osh")
     m, r, original = fuse("fuse_attention", text, opset=23)
-    assert ops(m) == ["Attention", "Reshape"] and structure(m)[1][1][1] == "osh"
+    assert unguarded_ops(m) == ["Attention", "Reshape"] and unguarded(m)[1][1][1] == "osh"
     assert_same_outputs(original, m, **TOL)
 
 
@@ -181,7 +240,7 @@ def test_torch_scaled_dot_product_attention():
 
     args = (torch.randn(2, 4, 5, 8), torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8), torch.randn(5, 6))
     m, report = optimized(export(Sdpa(), args, 23))
-    assert ops(m) == ["Attention"] and report["check"]["first_mismatch"] is None
+    assert unguarded_ops(m) == ["Attention"] and report["check"]["first_mismatch"] is None
 
 
 
@@ -289,7 +348,7 @@ PAST = """g (float[2,5,32] q3, float[2,5,32] k3, float[2,5,32] v3, float[2,4,3,8
 
 def test_past_keys_become_attentions_past_inputs_and_present_outputs():
     m, r, original = fuse("fuse_attention", PAST, opset=23)
-    assert structure(m) == [("Attention", ["q3", "k3", "v3", "mask", "past_k", "past_v"],
+    assert unguarded(m) == [("Attention", ["q3", "k3", "v3", "mask", "past_k", "past_v"],
                              ["y", "present_k", "present_v"])]
     assert attention_of(m).attributes["q_num_heads"] == 4
     assert_same_outputs(original, m, **TOL)

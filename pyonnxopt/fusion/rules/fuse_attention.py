@@ -247,6 +247,8 @@ class FuseAttention(Rule):
             mask, to = m["mask"], _mask_target(m, op, s)
             if "mask2" in m:
                 (mask,) = edit.node("Add", [mask, m["mask2"]], hint=f"{mask.name}_masks")
+            if op == "Attention":
+                mask = _without_lowest(m, edit, mask)
             if to is not None:
                 (mask,) = edit.node("Expand", [mask, _expand_shape(m, edit, to)], hint=f"{mask.name}_expanded")
             if op == "MultiHeadAttention":
@@ -286,6 +288,44 @@ class FuseAttention(Rule):
         else:
             edit.replace_value(m.root.outputs[0], last)
         return None
+
+
+_NUMPY_FLOAT = {1: np.float32, 10: np.float16, 11: np.float64}
+
+
+def _without_lowest(m: Match, edit: Edit, mask):
+    """The mask with its type's lowest value (torch's finfo.min) one step
+    up. onnxruntime 1.32's Attention reads that value as -inf, and gives 0
+    for a query whose keys are all masked so, where the original Softmax
+    spreads evenly over them (-inf itself stays: there the original's NaN,
+    or 0 behind torch's guard, is what the op gives). Nothing else moves:
+    a masked score's weight is 0 either way. A constant mask is rewritten
+    as a constant, a Where of constants (torch's Where(keep, 0, finfo.min))
+    made again with them; other masks go through Where(Equal(mask,
+    lowest), next, mask)."""
+    dtype = _NUMPY_FLOAT.get(m.dtype("mask"))
+    if dtype is None:
+        return mask
+    lowest = np.finfo(dtype).min
+    up = np.nextafter(lowest, dtype(0))
+    if mask.initializer is not None and not mask.is_graph_input:
+        array = mask.initializer.numpy()
+        return mask if not (array == lowest).any() else edit.constant(np.where(array == lowest, up, array),
+                                                                       f"{mask.name}_above_lowest")
+    p = mask.producer
+    if p is not None and p.op_type == "Where" and not p.domain and all(
+            v is not None and v.initializer is not None and not v.is_graph_input for v in p.inputs[1:]):
+        branches = [v.initializer.numpy() for v in p.inputs[1:]]
+        if not any((b == lowest).any() for b in branches):
+            return mask
+        moved = [edit.constant(np.where(b == lowest, up, b).astype(b.dtype), f"{v.name}_above_lowest")
+                 for b, v in zip(branches, p.inputs[1:])]
+        return edit.node("Where", [p.inputs[0], *moved], hint=f"{mask.name}_above_lowest")[0]
+    (is_lowest,) = edit.node("Equal", [mask, edit.constant(np.array(lowest, dtype), "mask_lowest")],
+                             hint=f"{mask.name}_is_lowest")
+    (mask,) = edit.node("Where", [is_lowest, edit.constant(np.array(up, dtype), "mask_above_lowest"), mask],
+                        hint=f"{mask.name}_above_lowest")
+    return mask
 
 
 def _unpacked(m: Match, edit: Edit) -> list:
