@@ -251,6 +251,16 @@ PassStats FoldConstants::run(Model& model, const PassOptions& options) const {
         inputs.push_back(a);
         if (a && frees(*n, i)) input_bytes += a->nbytes();
       }
+      // CastLike reads only its second input's type: a constant cast like a
+      // value of known type folds (dynamo's scale, CastLike(c, q)).
+      Array type_only;
+      if (op == "CastLike" && inputs.size() == 2 && inputs[0] && !inputs[1] && n->inputs[1]) {
+        if (const int32_t dtype = known_elem_type(n->inputs[1])) {
+          type_only = Array::of_bytes(dtype, {0}, std::string());
+          inputs[1] = &type_only;
+          all_constant = true;
+        }
+      }
       const std::string label = n->display_name();
       // A weight-layout copy may be as large as its source, shared or not,
       // up to kWeightLayoutMaxBytes (past that the file and our memory grow

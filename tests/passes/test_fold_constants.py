@@ -1029,3 +1029,24 @@ def test_any_node_folds_only_as_onnxruntime_computes_it(case):
         return
     for o, w in zip(outs, want):
         assert_same(numpy_helper.to_array(folded[o]), w)
+
+
+def test_cast_like_a_value_of_known_type_folds():
+    # torch's dynamo exporter writes SDPA's scale as CastLike(constant, q).
+    m, r = run_pass("fold_constants", """g (float16[2,3] q) => (float16[2,3] y) <double c = {0.125}> {
+        s = CastLike(c, q)
+        y = Mul(q, s)
+    }""")
+    assert ops(m) == ["Mul"]
+    scale = m.graph.nodes[0].inputs[1].initializer
+    assert scale.data_type == TensorProto.FLOAT16 and float(scale.numpy()) == 0.125
+
+
+def test_cast_like_a_value_of_unknown_type_stays():
+    proto = parse("""g (float[2,3] q) => (float[2,3] y) <double c = {0.125}> {
+        s = CastLike(c, q)
+        y = Mul(q, s)
+    }""")
+    proto.graph.input[0].type.tensor_type.elem_type = 0  # unknown: nothing to cast to
+    m, r = run_pass("fold_constants", proto, full_check=False)
+    assert ops(m) == ["CastLike", "Mul"]
