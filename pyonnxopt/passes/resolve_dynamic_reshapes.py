@@ -12,8 +12,11 @@ a constant; a dim of some tensor that is a known int; a dim provably equal
 (the same int or the same symbol) to x's dim at the same position, which
 Reshape's 0 copies; and, when exactly one entry is still unknown and no -1
 is there, -1 (the one dim Reshape works out). Otherwise the Reshape stays.
-Refused: allowzero=1 (a 0 would then mean an empty dim), an entry whose
-producer is not one of those forms or whose count is unknown."""
+With allowzero=1 (torch's dynamo exporter) the rewritten Reshape takes
+allowzero=0 where a 0 copies: the copied dim is the very entry the target
+held, an empty one included. Refused: an entry whose producer is not one of
+those forms or whose count is unknown; with allowzero=1, a -1 it would add
+(beside an empty dim -1 is ill-defined where the original target was not)."""
 
 from __future__ import annotations
 
@@ -141,19 +144,23 @@ class ResolveDynamicReshapes(Pass):
                 if target is None or constant_ints(target) is not None or target.producer is None:
                     continue
                 label = f"'{node_id(n)}' (Reshape)"
-                if n.attributes.get("allowzero", 0):
-                    stats["refused"].append(f"{label}: allowzero=1")
-                    continue
                 entries = self._target_entries(target)
                 if entries is None:
                     continue
                 shape, why = resolve(dims(n.inputs[0]), entries)
+                allowzero = n.attributes.get("allowzero", 0)
+                if not why and allowzero and (-1 in shape and -1 not in entries):
+                    # The copies are exact with allowzero=0 (an empty dim is copied as 0), but a -1 made
+                    # here beside one would be ill-defined where the original target was not.
+                    why = "allowzero=1 and an entry unknown: its -1 could meet an empty dim"
                 if why:
                     stats["refused"].append(f"{label}: {why}")
                     continue
                 const = g.add_initializer(g.unique_name(f"{n.outputs[0].name}_shape"), 7, [len(shape)],
                                           np.asarray(shape, np.int64).tobytes())
                 g.set_input(n, 1, const)
+                if allowzero and 0 in shape:  # torch's dynamo exporter writes allowzero=1: a 0 now copies
+                    n.set_attribute("allowzero", 0)
                 stats["rewrites"].append({"what": "constant target", "consumed": [target.name], "produced": [const.name]})
         return PassResult(bool(stats["rewrites"]), stats)
 

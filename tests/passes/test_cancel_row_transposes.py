@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from helpers import ops, outputs
+import onnx
+
+from helpers import ops, outputs, parse
 from transformer_helpers import fuse
 
 # nn.MultiheadAttention's output projection with a dynamic batch: [S, B, E] rows
@@ -69,20 +71,49 @@ def test_refusals(change, why):
     assert not r.modified and any(why in x for x in r.stats["near_misses"]), r.stats["near_misses"]
 
 
-def test_two_unknown_leading_dims_would_need_a_computed_shape():
-    before, m, r = run("""g (float[B,S,8] x) => (float[B,S,6] y) <float[6,8] w = {%s}, int64[2] flat = {-1, 8},
-            int64[2] lead = {1, 0}, int64[1] six = {6}> {
-        t = Transpose <perm = [1, 0, 2]> (x)
-        f = Reshape(t, flat)
-        g = Gemm <transB = 1> (f, w)
-        st = Shape(x)
-        sb = Gather(st, lead)
-        back = Concat <axis = 0> (sb, six)
-        u = Reshape(g, back)
-        y = Transpose <perm = [1, 0, 2]> (u)
-    }""" % ", ".join(["0.5"] * 48))
+TWO_UNKNOWN = """g (float[B,S,8] x) => (float[B,S,6] y) <float[6,8] w = {%s}, int64[2] flat = {-1, 8},
+        int64[2] lead = {1, 0}, int64[1] six = {6}, float[1] c = {0.25}> {
+    t = Transpose <perm = [1, 0, 2]> (x)
+    f = Reshape(t, flat)
+    g = Gemm <transB = 1> (f, w, c)
+    st = Shape(x)
+    sb = Gather(st, lead)
+    back = Concat <axis = 0> (sb, six)
+    u = Reshape(g, back)
+    y = Transpose <perm = [1, 0, 2]> (u)
+}""" % ", ".join(["0.5"] * 48)
+
+
+def two_unknown(opset: int):
+    """TWO_UNKNOWN at `opset`, u's dims stated (onnx infers them from opset 15 on)."""
+    proto = parse(TWO_UNKNOWN, opset)
+    proto.graph.value_info.append(onnx.helper.make_tensor_value_info("u", onnx.TensorProto.FLOAT, ["S", "B", 6]))
+    return proto
+
+
+@pytest.mark.parametrize("opset, reads", [(17, ["Shape", "Concat"]), (13, ["Shape", "Slice", "Concat"])])
+def test_two_unknown_leading_dims_are_read_at_run_time(opset, reads):
+    m, r, before = fuse("cancel_row_transposes", two_unknown(opset), opset=opset)
+    kept = [op for op in ops(m) if op not in ("Shape", "Gather", "Concat", "Slice")][-3:]
+    assert r.modified and kept == ["Reshape", "Gemm", "Reshape"] and "Transpose" not in ops(m)
+    made = [n.op_type for n in m.graph.nodes if n.outputs[0].name.startswith("rows_")]
+    assert made == reads
+    same(before, m, [(1, 1, 8), (2, 5, 8), (3, 2, 8)])
+
+
+def test_two_unknown_leading_dims_as_wide_as_the_result_are_its_shape():
+    text = TWO_UNKNOWN.replace("float[B,S,6] y", "float[B,S,8] y").replace("float[6,8] w", "float[8,8] w").replace(
+        "{6}", "{8}").replace(", ".join(["0.5"] * 48), ", ".join(["0.5"] * 64))
+    m, r, before = fuse("cancel_row_transposes", text, opset=17)
+    made = [(n.op_type, n.inputs[0].name) for n in m.graph.nodes if n.outputs[0].name.startswith("rows_")]
+    assert r.modified and made == [("Shape", "x")]
+    same(before, m, [(2, 5, 8)])
+
+
+def test_two_unknown_leading_dims_below_opset_10_refuse():
+    m, r, _ = fuse("cancel_row_transposes", two_unknown(9), opset=9)
     assert not r.modified
-    assert any("has more than one unknown dim" in x for x in r.stats["near_misses"]), r.stats["near_misses"]
+    assert any("reading them needs opset 10" in x for x in r.stats["near_misses"]), r.stats["near_misses"]
 
 
 def test_heads_merged_sequence_first_keep_one_transpose_to_batch_first():

@@ -96,18 +96,31 @@ def test_a_dim_from_another_position_is_not_copied():
     same_at_sizes(before, m, [(2, 3)])
 
 
-def test_allowzero_is_refused():
+def test_allowzero_copies_become_zeros_without_it():
+    # torch's dynamo exporter: Reshape(allowzero=1) to Concat(Shape(x, 0, 1), [2, 2]); the 0 that now copies
+    # x's batch needs allowzero=0, and gives the same dims, an empty batch included.
     before, m, r = run("""g (float[N,4] x) => (float[N,2,2] y) {
-        ax = Constant <value = int64[1] {0}> ()
-        s = Shape(x)
-        i = Constant <value = int64 {0}> ()
-        b = Gather(s, i)
-        u = Unsqueeze(b, ax)
+        b = Shape <start = 0, end = 1> (x)
         c = Constant <value = int64[2] {2, 2}> ()
-        t = Concat <axis = 0> (u, c)
+        t = Concat <axis = 0> (b, c)
         y = Reshape <allowzero = 1> (x, t)
-    }""", opset=14)
-    assert target(m) is None and r.stats["refused"][0].endswith("allowzero=1")
+    }""", opset=18)
+    assert target(m) == [0, 2, 2]
+    assert next(n for n in m.graph.nodes if n.op_type == "Reshape").attributes["allowzero"] == 0
+    same_at_sizes(before, m, [(3, 4), (0, 4)])
+
+
+def test_allowzero_with_an_unknown_entry_is_refused():
+    before, m, r = run("""g (float[N,12] x) => (float[3,M] y) {
+        b = Shape <start = 0, end = 1> (x)
+        k = Constant <value = int64[1] {4}> ()
+        p = Mul(b, k)
+        c = Constant <value = int64[1] {3}> ()
+        t = Concat <axis = 0> (c, p)
+        y = Reshape <allowzero = 1> (x, t)
+    }""", opset=18)
+    assert target(m) is None and r.stats["refused"][0].endswith("its -1 could meet an empty dim")
+    same_at_sizes(before, m, [(2, 12)])
 
 
 def test_the_zoo_form_in_the_default_pipeline():

@@ -23,8 +23,9 @@ Refuses when:
     bias per row would follow the rows), or MatMul's second input is not 2-d;
  3. the flatten does not make [rows, K] of t with K t's trailing dims
     (known), or the unflatten's leading dims are not provably t's;
- 4. the result's shape holds more than one unknown (it would have to be
-    computed at run time).
+ 4. below opset 10, the result's shape holds more than one unknown (from
+    10 on they are read at run time: Shape of the value the flatten reads,
+    whose leading dims are the result's rows).
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ class CancelRowTransposes(Rule):
         if 0 in m.array("flat_shape").reshape(-1).tolist():
             return "the flatten copies a dim (a 0 in its shape), which x has elsewhere"
         target = _target(m)
-        if target.count(-1) > 1:
-            return f"the result's shape {target} has more than one unknown dim"
+        if target.count(-1) > 1 and m.opset < 10:
+            return f"the result's shape {target} has more than one unknown dim, and reading them needs opset 10"
         return None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
@@ -95,8 +96,29 @@ class CancelRowTransposes(Rule):
         inputs = [flat, m["b"]] + ([m["c"]] if "c" in m and m["c"] is not None else [])
         (g,) = edit.node(rows.op_type, inputs, hint=f"{rows.name or rows.op_type}_rows")
         edit.added[-1].copy_attributes(rows)
-        edit.replace_root("Reshape", [g, edit.constant(np.array(_target(m), np.int64), "rows_shape")])
+        target = _target(m)
+        shape = (edit.constant(np.array(target, np.int64), "rows_shape") if target.count(-1) <= 1
+                 else _rows_at_run_time(m, edit, x, len(target) - 1, target[-1]))
+        edit.replace_root("Reshape", [g, shape])
         return None
+
+
+def _rows_at_run_time(m: Match, edit: Edit, rows_first, j: int, width: int):
+    """The result's shape read from `rows_first` (whose leading j dims are
+    the result's rows): Shape of it when it is as wide as the result, else
+    its leading dims (Shape(start, end), or Shape and Slice below opset 15)
+    and the width."""
+    d = dims(rows_first)
+    if d is not None and len(d) == j + 1 and d[-1] == width:
+        return edit.node("Shape", [rows_first], hint="rows_shape")[0]
+    if m.opset >= 15:
+        (lead,) = edit.node("Shape", [rows_first], {"start": 0, "end": j}, hint="rows_lead")
+    else:
+        (whole,) = edit.node("Shape", [rows_first], hint="rows_whole")
+        (lead,) = edit.node("Slice", [whole, edit.constant(np.array([0], np.int64), "rows_start"),
+                                      edit.constant(np.array([j], np.int64), "rows_end")], hint="rows_lead")
+    return edit.node("Concat", [lead, edit.constant(np.array([width], np.int64), "rows_width")], {"axis": 0},
+                     hint="rows_shape")[0]
 
 
 def _perm(node, rank: int) -> list:
