@@ -143,6 +143,17 @@ def test_a_query_whose_keys_are_all_masked_with_finfo_min_keeps_its_output(lowes
     np.testing.assert_allclose(have[1, :, 1], feeds["v"][1].mean(axis=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(have, want, **TOL)
 
+
+@pytest.mark.parametrize("second, guarded", [("-100.0", False), (repr(float(np.finfo(np.float32).min)), True)])
+def test_two_constant_masks_need_the_step_up_only_where_they_can_reach_finfo_min(second, guarded):
+    # Swin adds a position bias and a window mask: constants whose sum stays far from finfo.min.
+    text = bhsd("s = Mul(qk, c)", "", "a = Add(s, b1)  m = Add(a, b2)",
+                consts=f"float c = {{0.35355339}}, float[1,4,5,6] b1 = {{{', '.join(['0.5'] * 120)}}}, "
+                       f"float[1,1,5,6] b2 = {{{', '.join(['0.0'] * 29 + [second])}}}")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert ops(m) == ["Add"] + (["Equal", "Where"] if guarded else []) + ["Attention"]
+    assert_same_outputs(original, m, **TOL)
+
 def test_mask_with_an_unknown_heads_dim_refuses():
     text = bhsd("s = Mul(qk, c)", ", float[N,5,6] mask", "m = Add(s, mask)", consts="float c = {0.35355339}")
     m, r, _ = fuse("fuse_attention", text, opset=23)

@@ -247,7 +247,7 @@ class FuseAttention(Rule):
             mask, to = m["mask"], _mask_target(m, op, s)
             if "mask2" in m:
                 (mask,) = edit.node("Add", [mask, m["mask2"]], hint=f"{mask.name}_masks")
-            if op == "Attention":
+            if op == "Attention" and not _sum_above_lowest(m):
                 mask = _without_lowest(m, edit, mask)
             if to is not None:
                 (mask,) = edit.node("Expand", [mask, _expand_shape(m, edit, to)], hint=f"{mask.name}_expanded")
@@ -291,6 +291,17 @@ class FuseAttention(Rule):
 
 
 _NUMPY_FLOAT = {1: np.float32, 10: np.float16, 11: np.float64}
+
+
+def _sum_above_lowest(m: Match) -> bool:
+    """Both masks constant and too small to add up to the type's lowest
+    value (Swin's position bias and window mask)."""
+    dtype = _NUMPY_FLOAT.get(m.dtype("mask"))
+    parts = [m["mask"], m["mask2"]] if "mask2" in m else []
+    if dtype is None or not parts or not all(v.initializer is not None and not v.is_graph_input for v in parts):
+        return False
+    bound = sum(float(np.max(np.abs(v.initializer.numpy()), initial=0.0)) for v in parts)
+    return bool(np.isfinite(bound)) and bound < float(np.finfo(dtype).max) / 2
 
 
 def _without_lowest(m: Match, edit: Edit, mask):
