@@ -269,7 +269,12 @@ class FuseAttention(Rule):
             edit.replace_value(m["v_present"].outputs[0], present_v)
 
         def made(step):
-            return step if not isinstance(step, tuple) else edit.node(step[0], step[1], step[2], domain=step[3])[0]
+            if not isinstance(step, tuple):
+                return step
+            y = edit.node(step[0], step[1], step[2], domain=step[3])[0]
+            if step[3] == MS_DOMAIN:  # onnx's inference does not know it: the rules after this one read its type
+                _state_output_type(m, edit, y, b, s, h)
+            return y
 
         if "nan_zero" in m:
             y = made(last)
@@ -288,6 +293,18 @@ class FuseAttention(Rule):
         else:
             edit.replace_value(m.root.outputs[0], last)
         return None
+
+
+def _state_output_type(m: Match, edit: Edit, y, b, s, h) -> None:
+    """MultiHeadAttention's output [B, S, H*Dv], stated (3-d layouts only)."""
+    from onnx import helper
+
+    v = _split_seq_first(m, "v") if "qs" in m else _split(m, "v")
+    if isinstance(v, str):
+        return
+    width = h * v[3] if isinstance(v[3], int) else None
+    dims_ = [d if isinstance(d, (int, str)) else None for d in (b, s, width)]
+    edit.graph.set_value_type(y, helper.make_tensor_type_proto(_dtype(m), dims_).SerializeToString())
 
 
 _NUMPY_FLOAT = {1: np.float32, 10: np.float16, 11: np.float64}
