@@ -1,6 +1,6 @@
 """fuse_attention with --target ort below opset 23: the 3-d layout (heads
-split and merged around it) -> com.microsoft MultiHeadAttention, the mask
-as its 4-d attention_bias. Numbers: onnxruntime (ORT_DISABLE_ALL) against
+split and merged around it), and 4-d heads with the query made 3-d ->
+com.microsoft MultiHeadAttention, the mask as its 4-d attention_bias. Numbers: onnxruntime (ORT_DISABLE_ALL) against
 MatMul/Softmax/MatMul, rtol 1e-5, atol 1e-5."""
 
 import numpy as np
@@ -49,8 +49,8 @@ def mha_of(m):
     return next(n for n in m.graph.nodes if n.op_type == "MultiHeadAttention")
 
 
-def fuse_ort(text_or_proto, opset=17):
-    return fuse("fuse_attention", text_or_proto, opset=opset, target="ort")
+def fuse_ort(text_or_proto, opset=17, **options):
+    return fuse("fuse_attention", text_or_proto, opset=opset, target="ort", **options)
 
 
 def test_split_and_merge_become_multi_head_attention():
@@ -155,14 +155,33 @@ def test_target_onnx_below_23_refuses():
 
 # Refusals, one per documented reason.
 
-def test_4d_layout_refuses():
-    text = """g (float[2,4,5,8] q, float[2,4,6,8] k, float[2,4,6,8] v) => (float[2,4,5,8] y) <float c = {0.35}> {
-        kt = Transpose <perm = [0, 1, 3, 2]> (k)  qk = MatMul(q, kt)  s = Mul(qk, c)  p = Softmax <axis = -1> (s)
-        y = MatMul(p, v)
-    }"""
-    m, r, _ = fuse_ort(text)
-    assert not r.modified and near(r, "Attention needs opset 23; the model imports 17; MultiHeadAttention takes "
-                                      "only the 3-d layout")
+FOUR_D = """g (float[2,4,5,8] q, float[2,4,6,8] k, float[2,4,6,8] v{mask_in}) => (float[2,4,5,8] y) <float c = {{0.35}}> {{
+    kt = Transpose <perm = [0, 1, 3, 2]> (k)  qk = MatMul(q, kt)  s = Mul(qk, c)  {softmax}  y = MatMul(p, v)
+}}"""
+MASKED = "a = Add(s, mask)  p = Softmax <axis = -1> (a)"
+PLAIN = "p = Softmax <axis = -1> (s)"
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_4d_heads_go_to_multi_head_attention_with_the_query_made_3d(masked):
+    """LLaMA's rotary embeddings leave q and k 4-d: MultiHeadAttention takes
+    keys and values [B, H, T, D] as they are, the query as [B, S, H*D]."""
+    text = FOUR_D.format(mask_in=", float[1,1,5,6] mask" if masked else "", softmax=MASKED if masked else PLAIN)
+    m, r, original = fuse_ort(text)
+    assert ops(m) == ["Transpose", "Reshape", "MultiHeadAttention", "Reshape", "Transpose"]
+    mha = mha_of(m)
+    assert [v.name if v is not None else "" for v in mha.inputs][1:3] == ["k", "v"]
+    assert (len(mha.inputs) == 6 and mha.inputs[5].name == "mask") == masked
+    assert mha.outputs[0].type["shape"] == [2, 5, 32]
+    assert m.graph.nodes[-1].outputs[0].name == "y"
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_4d_heads_of_unknown_size_refuse():
+    text = FOUR_D.format(mask_in="", softmax=PLAIN).replace("float[2,4,5,8] q", "float[2,4,5,D] q").replace(
+        "float[2,4,6,8] k", "float[2,4,6,D] k")
+    m, r, _ = fuse_ort(text, full_check=False)
+    assert not r.modified and near(r, "MultiHeadAttention on 4-d heads needs their count and sizes known")
 
 
 def test_double_refuses():

@@ -1,6 +1,8 @@
 """fuse_attention_repeat_kv: an opset-23 Attention on keys/values repeated
 for grouped-query heads takes them unrepeated; structure, numbers, refusals."""
 
+import pytest
+
 from helpers import ops, structure
 from transformer_helpers import assert_same_outputs, fuse, near
 
@@ -52,10 +54,12 @@ def test_keys_and_values_repeated_differently_refuse():
     assert not r.modified and near(r, "k and v are not repeated alike (2 heads x 2, 1 heads x 4)")
 
 
-def test_torch_grouped_query_attention():
+@pytest.mark.parametrize("target, opset, op", [("onnx", 23, "Attention"), ("ort", None, "MultiHeadAttention")])
+def test_torch_grouped_query_attention(target, opset, op):
     """transformers' repeat_kv, then scaled_dot_product_attention, exported
-    by dynamo at opset 18 and upgraded: one Attention on the 2 key/value
-    heads, no Expand left."""
+    by dynamo at opset 18: upgraded, one Attention on the 2 key/value heads,
+    no Expand left; with --target ort, MultiHeadAttention on the 4-d heads
+    (it needs them repeated)."""
     import torch
 
     import pyonnxopt
@@ -68,6 +72,6 @@ def test_torch_grouped_query_attention():
             return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     args = (torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8))
-    m, report = pyonnxopt.optimize(export(Gqa(), args, 18, dynamo=True), opset=23)
-    assert ops(m).count("Attention") == 1 and "Expand" not in ops(m)
+    m, report = pyonnxopt.optimize(export(Gqa(), args, 18, dynamo=True), opset=opset, target=target)
+    assert ops(m).count(op) == 1 and ("Expand" not in ops(m)) == (target == "onnx")
     assert report["check"]["first_mismatch"] is None

@@ -46,7 +46,10 @@ Which op:
    num_heads=H, scale=c), output [B, S, H*Dv]. Its attention_bias must be
    4-d [B|1, H|1, S, T] (onnxruntime neither broadcasts over S nor takes a
    lower rank), so a 2-d/3-d mask or a [.., 1, T] one goes through an Expand.
-   The 4-D layout would need each of q, k, v transposed back: not emitted.
+   In the 4-D layout (rotary embeddings leave q and k 4-d: LLaMA) its keys
+   and values stay [B, H, T, D], which it takes as they are; the query goes
+   in as Reshape(Transpose(q, [0,2,1,3]), [0, 0, H*D]), and the output back
+   to [B, H, S, Dv] the same way (a head merge after it then cancels that).
 
 The NaN guard (torch zeroes the probabilities of a fully masked row, whose
 Softmax is NaN) becomes Where(IsNaN(y), 0, y) on the fused output: a row's
@@ -70,7 +73,8 @@ second and third outputs are those Concats'. (Its unidirectional=1 is not
 used: it is not causal when S < T on CPU; the exporters add the causal mask.)
 
 Refuses when:
- 1. the opset is below 23 and the target is onnx, or the layout is 4-D;
+ 1. the opset is below 23 and the target is onnx; MultiHeadAttention on
+    4-d heads whose count or sizes are not known ints;
  2. the Softmax is not over the last axis; a scale is not a scalar constant
     (or is 0, which MultiHeadAttention reads as 1/sqrt(D)); the NaN guard's
     value is not a scalar 0;
@@ -194,8 +198,7 @@ class FuseAttention(Rule):
         if op == "Attention":
             why = opset_reason("Attention", m.opset)
             if why:
-                return why + ("; MultiHeadAttention takes only the 3-d layout (heads split and merged around it)"
-                              if m.options.target == "ort" else "")
+                return why
         axis = m["probs"].attributes.get("axis", -1)
         if axis != -1 and axis != len(dims(m["probs"].inputs[0]) or []) - 1:
             return f"the Softmax is over axis {axis}, not the last"
@@ -209,6 +212,10 @@ class FuseAttention(Rule):
         bhst = _layout(m)
         if isinstance(bhst, str):
             return bhst
+        if op == "MultiHeadAttention" and not _three_d(m):
+            q, v = dims(m["q"]), dims(m["v"])
+            if not (isinstance(bhst[1], int) and isinstance(q[3], int) and isinstance(v[3], int)):
+                return f"MultiHeadAttention on 4-d heads needs their count and sizes known (q {q}, v {v})"
         if "mask" in m:
             why = _mask_reason(_mask_dims(m), bhst, _query_count(m, bhst[2]) is not None)
             if why:
@@ -239,6 +246,11 @@ class FuseAttention(Rule):
             inputs = [m["q"], k, m["v"]]
         else:
             inputs = [m["q"], m["k"], m["v"]]
+        four_d = op == "MultiHeadAttention" and not _three_d(m)
+        if four_d:  # its query is [B, S, H*D]; keys and values may stay [B, H, T, D]
+            (q,) = edit.node("Transpose", [inputs[0]], {"perm": SPLIT}, hint=f"{inputs[0].name}_bshd")
+            width = edit.constant(np.array([0, 0, h * dims(m["q"])[3]], np.int64), "query_width")
+            (inputs[0],) = edit.node("Reshape", [q, width], hint=f"{inputs[0].name}_3d")
         if op == "MultiHeadAttention":
             attrs.update(num_heads=h)
         elif _three_d(m):  # 3-d inputs: the heads are the op's to split
@@ -282,6 +294,10 @@ class FuseAttention(Rule):
             # A 0-d zero: the guard's own may be [1, 1, 1, 1], which would broadcast y to 4-d.
             zero = edit.constant(np.zeros((), m.array("nan_zero").dtype), "nan_zero")
             last = ("Where", [nan, zero, y], None, "")
+        if four_d:  # back to [B, H, S, Dv] (the merge after it, if any, cancels this)
+            heads = edit.constant(np.array([0, 0, h, dims(m["v"])[3]], np.int64), "output_heads")
+            (y,) = edit.node("Reshape", [made(last), heads], hint="output_heads")
+            last = ("Transpose", [y], {"perm": SPLIT}, "")
         if ("q3" in m or "qkv3" in m) and _merge(m, _split(m, "q"), _split(m, "v")) == "reshape":
             last = ("Reshape", [made(last), m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)}, "")
         if "qs" in m:  # back to sequence-first, in the memory order the merge's Reshape read
@@ -296,13 +312,13 @@ class FuseAttention(Rule):
 
 
 def _state_output_type(m: Match, edit: Edit, y, b, s, h) -> None:
-    """MultiHeadAttention's output [B, S, H*Dv], stated (3-d layouts only)."""
+    """MultiHeadAttention's output [B, S, H*Dv], stated."""
     from onnx import helper
 
-    v = _split_seq_first(m, "v") if "qs" in m else _split(m, "v")
-    if isinstance(v, str):
+    v = _split_seq_first(m, "v") if "qs" in m else _split(m, "v") if _three_d(m) else dims(m["v"])
+    if isinstance(v, str) or v is None:
         return
-    width = h * v[3] if isinstance(v[3], int) else None
+    width = h * v[3] if isinstance(v[3], int) and isinstance(h, int) else None
     dims_ = [d if isinstance(d, (int, str)) else None for d in (b, s, width)]
     edit.graph.set_value_type(y, helper.make_tensor_type_proto(_dtype(m), dims_).SerializeToString())
 
@@ -417,10 +433,8 @@ def _batch_first_batch_1(m: Match, name: str) -> bool:
 
 def _emitted(m: Match) -> str:
     """The op this match becomes: Attention (opset 23), unless --target ort
-    finds no Attention in the model's opset and the heads are split and
-    merged around the match (MultiHeadAttention's 3-d layout, seq-first
-    after a Transpose)."""
-    if m.options.target == "ort" and _three_d(m) and opset_reason("Attention", m.opset):
+    finds no Attention in the model's opset: then MultiHeadAttention."""
+    if m.options.target == "ort" and opset_reason("Attention", m.opset):
         return "MultiHeadAttention"
     return "Attention"
 
