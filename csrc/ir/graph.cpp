@@ -434,16 +434,20 @@ void Graph::set_value_type(Value* v, std::string type) {
     v->info->type.set(std::move(type));
     return;
   }
-  // value_info may reallocate: values whose info lives there are relinked.
-  const ValueInfo* first = value_info.data();
-  std::vector<std::pair<Value*, size_t>> relink;
-  for (Value* x : values_)
-    if (x->info >= first && x->info < first + value_info.size()) relink.emplace_back(x, size_t(x->info - first));
+  if (value_info.size() == value_info.capacity()) {
+    // Growing moves the entries: values whose info lives there are relinked.
+    // The capacity doubles, so that happens a logarithmic number of times.
+    const ValueInfo* first = value_info.data();
+    std::vector<std::pair<Value*, size_t>> relink;
+    for (Value* x : values_)
+      if (x->info >= first && x->info < first + value_info.size()) relink.emplace_back(x, size_t(x->info - first));
+    value_info.reserve(std::max<size_t>(16, 2 * value_info.capacity()));
+    for (auto& [x, i] : relink) x->info = &value_info[i];
+  }
   ValueInfo& vi = value_info.emplace_back();
   vi.name.set(v->name);
   vi.type.set(std::move(type));
   vi.value = v;
-  for (auto& [x, i] : relink) x->info = &value_info[i];
   v->info = &value_info.back();
 }
 

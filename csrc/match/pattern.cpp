@@ -97,17 +97,22 @@ class Matcher {
     std::vector<size_t> commutative;
     for (size_t e = 0; e < p_.elements.size(); ++e)
       if (p_.elements[e].commutative && p_.elements[e].inputs.size() >= 2) commutative.push_back(e);
-    const size_t choices = commutative.size() < kMaxSwappable ? size_t(1) << commutative.size() : size_t(1) << kMaxSwappable;
-    for (size_t mask = 0; mask < choices; ++mask) {
+    const size_t swappable = std::min(commutative.size(), kMaxSwappable);
+    bit_of_.assign(p_.elements.size(), -1);
+    for (size_t i = 0; i < swappable; ++i) bit_of_[commutative[i]] = int(i);
+    // Orders differing only in elements no attempt reached bind alike: the
+    // orders tried are those of the elements reached so far (`reached`
+    // grows as attempts go deeper).
+    size_t reached = 0;
+    for (size_t mask = 0; mask < (size_t(1) << reached) || mask == 0; ++mask) {
       swapped_.assign(p_.elements.size(), false);
-      for (size_t i = 0; i < commutative.size() && i < kMaxSwappable; ++i) swapped_[commutative[i]] = (mask >> i) & 1;
+      for (size_t i = 0; i < swappable; ++i) swapped_[commutative[i]] = (mask >> i) & 1;
       m_.nodes.assign(p_.elements.size(), nullptr);
       m_.values.assign(p_.elements.size(), nullptr);
       bound_.assign(p_.elements.size(), false);
-      visited_swap_ = false;
+      highest_bit_ = -1;
       if (bind_op(0, root) && exclusive_outputs()) return true;
-      // No commutative element was reached: other orders cannot do better.
-      if (!visited_swap_) break;
+      reached = std::max(reached, size_t(highest_bit_ + 1));
     }
     return false;
   }
@@ -122,7 +127,8 @@ class Matcher {
   Match m_;
   std::vector<bool> bound_;
   std::vector<bool> swapped_;  // per element: take inputs 0 and 1 swapped
-  bool visited_swap_ = false;  // this attempt bound a commutative element
+  std::vector<int> bit_of_;   // per element: its bit in the order mask, or -1
+  int highest_bit_ = -1;      // the highest such bit this attempt reached
   static constexpr size_t kMaxSwappable = 10;  // beyond, later commutative elements keep their order
   std::string best_reason_;
   int best_depth_ = -1;
@@ -133,12 +139,14 @@ class Matcher {
     return d;
   }
   // Keeps the failure of the attempt that bound the most elements: the
-  // "almost" of an almost-match.
-  bool fail(std::string why) {
+  // "almost" of an almost-match. The reason is written only then: most
+  // failures are shallower than one already kept.
+  template <class Why>
+  bool fail(Why&& why) {
     const int d = depth();
     if (d > best_depth_) {
       best_depth_ = d;
-      best_reason_ = std::move(why);
+      best_reason_ = why();
     }
     return false;
   }
@@ -147,35 +155,35 @@ class Matcher {
   bool bind_value(int e, ir::Value* v) {
     const Element& el = p_.elements[size_t(e)];
     if (el.kind == Element::Kind::kOp) {
-      if (!v) return fail(label(e) + ": input is omitted");
-      if (!v->producer) return fail(label(e) + ": '" + v->name + "' is not produced by a node");
-      if (v->producer->graph != &graph_) return fail(label(e) + ": '" + v->name + "' comes from an outer graph");
+      if (!v) return fail([&] { return label(e) + ": input is omitted"; });
+      if (!v->producer) return fail([&] { return label(e) + ": '" + v->name + "' is not produced by a node"; });
+      if (v->producer->graph != &graph_) return fail([&] { return label(e) + ": '" + v->name + "' comes from an outer graph"; });
       if (v->producer_index != el.output_index)
-        return fail(label(e) + ": '" + v->name + "' is output " + std::to_string(v->producer_index) + " of its node");
+        return fail([&] { return label(e) + ": '" + v->name + "' is output " + std::to_string(v->producer_index) + " of its node"; });
       return bind_op(e, v->producer);
     }
-    if (bound_[size_t(e)]) return m_.values[size_t(e)] == v ? true : fail(label(e) + ": not the same value both times");
+    if (bound_[size_t(e)]) return m_.values[size_t(e)] == v ? true : fail([&] { return label(e) + ": not the same value both times"; });
     if (!v) {
-      if (!el.optional) return fail(label(e) + ": input is omitted");
+      if (!el.optional) return fail([&] { return label(e) + ": input is omitted"; });
     } else {
       if ((el.constant || el.scalar || el.has_value) && !is_constant(v))
-        return fail(label(e) + ": '" + v->name + "' is not a constant");
+        return fail([&] { return label(e) + ": '" + v->name + "' is not a constant"; });
       if (el.dtype) {
         const int32_t t = passes::known_elem_type(v);
         if (t != el.dtype)
-          return fail(label(e) + ": '" + v->name + "' has element type " + (t ? ir::dtype_name(t) : "unknown") +
-                      ", needs " + ir::dtype_name(el.dtype));
+          return fail([&] { return label(e) + ": '" + v->name + "' has element type " + (t ? ir::dtype_name(t) : "unknown") +
+                      ", needs " + ir::dtype_name(el.dtype); });
       }
       if (el.rank >= 0) {
         const auto shape = passes::known_shape(v);
-        if (!shape) return fail(label(e) + ": rank of '" + v->name + "' unknown");
+        if (!shape) return fail([&] { return label(e) + ": rank of '" + v->name + "' unknown"; });
         if (int(shape->size()) != el.rank)
-          return fail(label(e) + ": '" + v->name + "' has rank " + std::to_string(shape->size()) + ", needs " +
-                      std::to_string(el.rank));
+          return fail([&] { return label(e) + ": '" + v->name + "' has rank " + std::to_string(shape->size()) + ", needs " +
+                      std::to_string(el.rank); });
       }
       if (el.scalar || el.has_value) {
         std::string why = check_constant(el, *v->initializer);
-        if (!why.empty()) return fail(label(e) + ": '" + v->name + "' " + why);
+        if (!why.empty()) return fail([&] { return label(e) + ": '" + v->name + "' " + why; });
       }
     }
     bound_[size_t(e)] = true;
@@ -200,30 +208,30 @@ class Matcher {
 
   bool bind_op(int e, ir::Node* n) {
     const Element& el = p_.elements[size_t(e)];
-    if (bound_[size_t(e)]) return m_.nodes[size_t(e)] == n ? true : fail(label(e) + ": not the same node both times");
-    if (n->pinned) return fail(label(e) + ": " + who(*n) + " is pinned");
+    if (bound_[size_t(e)]) return m_.nodes[size_t(e)] == n ? true : fail([&] { return label(e) + ": not the same node both times"; });
+    if (n->pinned) return fail([&] { return label(e) + ": " + who(*n) + " is pinned"; });
     bool type_ok = false;
     for (const auto& t : el.op_types) type_ok = type_ok || t == n->op_type.value;
     if (!type_ok || !same_domain(el.domain, n->domain.value)) {
       std::string want;
       for (const auto& t : el.op_types) want += (want.empty() ? "" : "/") + t;
-      return fail(label(e) + ": " + who(*n) + " is not " + want);
+      return fail([&] { return label(e) + ": " + who(*n) + " is not " + want; });
     }
     for (const auto& c : el.attrs) {
       std::string why = check_attr(*n, c);
-      if (!why.empty()) return fail(label(e) + ": " + who(*n) + " " + why);
+      if (!why.empty()) return fail([&] { return label(e) + ": " + who(*n) + " " + why; });
     }
     // Present inputs beyond the pattern's, or missing required ones, fail.
     size_t present = n->inputs.size();
     while (present && !n->inputs[present - 1]) --present;
     if (present > el.inputs.size())
-      return fail(label(e) + ": " + who(*n) + " has " + std::to_string(present) + " inputs, needs at most " +
-                  std::to_string(el.inputs.size()));
+      return fail([&] { return label(e) + ": " + who(*n) + " has " + std::to_string(present) + " inputs, needs at most " +
+                  std::to_string(el.inputs.size()); });
     bound_[size_t(e)] = true;
     m_.nodes[size_t(e)] = n;
     auto input = [&](size_t i) { return i < n->inputs.size() ? n->inputs[i] : nullptr; };
     const bool swap = swapped_[size_t(e)];
-    visited_swap_ = visited_swap_ || (el.commutative && el.inputs.size() >= 2);
+    highest_bit_ = std::max(highest_bit_, bit_of_[size_t(e)]);
     for (size_t i = 0; i < el.inputs.size(); ++i) {
       const size_t from = swap && i < 2 ? 1 - i : i;
       if (!bind_value(el.inputs[i], input(from))) return unbind(e);
@@ -249,11 +257,11 @@ class Matcher {
       for (const ir::Value* out : n->outputs) {
         if (!out) continue;
         if (out->is_graph_output())
-          return fail(label(int(e)) + ": its output '" + out->name + "' is a graph output");
+          return fail([&] { return label(int(e)) + ": its output '" + out->name + "' is a graph output"; });
         for (const ir::Use& u : out->uses) {
           bool inside = false;
           for (const ir::Node* m : m_.nodes) inside = inside || m == u.node;
-          if (!inside) return fail(label(int(e)) + ": its output '" + out->name + "' is also read by " + who(*u.node));
+          if (!inside) return fail([&] { return label(int(e)) + ": its output '" + out->name + "' is also read by " + who(*u.node); });
         }
       }
     }

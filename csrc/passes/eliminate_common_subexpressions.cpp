@@ -89,15 +89,30 @@ bool same_data(const Tensor& a, const Tensor& b) {
   return x->length == y->length && (x->length == 0 || std::memcmp(x->data(), y->data(), x->length) == 0);
 }
 
+// What tells tensors of one type, dims and size apart cheaply: their first
+// and last bytes (all of a small one), or the typed fields (small by nature).
+// Thousands of same-shaped constants would otherwise be compared pairwise,
+// and a large weight is never read whole for it.
+std::string sample_of(const Tensor& t) {
+  constexpr uint64_t kEdge = 64;
+  const Blob* b = t.raw_payload();
+  if (!b) return typed_data(t);
+  const char* data = reinterpret_cast<const char*>(b->data());
+  if (!data) return std::string();
+  if (b->length <= 2 * kEdge) return std::string(data, b->length);
+  return std::string(data, kEdge) + std::string(data + b->length - kEdge, kEdge);
+}
+
 void merge_initializers(Graph& g, PassStats& stats) {
-  // Candidates share data type, dims and size; only those are compared byte for byte.
-  std::map<std::tuple<int32_t, std::vector<int64_t>, uint64_t>, std::vector<Value*>> groups;
+  // Candidates share data type, dims, size and sample; only those are compared byte for byte.
+  std::map<std::tuple<int32_t, std::vector<int64_t>, uint64_t, std::string>, std::vector<Value*>> groups;
   std::map<std::string, std::string> merged;  // copy -> the initializer it now reads
   for (const auto& t : g.initializers) {
     Value* v = g.find_local(t->name.value);
     if (!v || v->initializer != t.get() || v->is_graph_input || v->is_graph_output()) continue;
+    if (t->segment.has) continue;  // external data is never merged (same_data)
     const Blob* payload = t->raw_payload();
-    groups[{t->data_type.value, t->dims, payload ? payload->length : UINT64_MAX}].push_back(v);
+    groups[{t->data_type.value, t->dims, payload ? payload->length : UINT64_MAX, sample_of(*t)}].push_back(v);
   }
   for (auto& [signature, values] : groups) {
     for (size_t i = 0; i < values.size(); ++i) {
