@@ -157,12 +157,16 @@ class Matcher {
     if (el.kind == Element::Kind::kOp) {
       if (!v) return fail([&] { return label(e) + ": input is omitted"; });
       if (!v->producer) return fail([&] { return label(e) + ": '" + v->name + "' is not produced by a node"; });
-      if (v->producer->graph != &graph_) return fail([&] { return label(e) + ": '" + v->name + "' comes from an outer graph"; });
+      if (v->producer->graph != &graph_)
+        return fail([&] { return label(e) + ": '" + v->name + "' comes from an outer graph"; });
       if (v->producer_index != el.output_index)
-        return fail([&] { return label(e) + ": '" + v->name + "' is output " + std::to_string(v->producer_index) + " of its node"; });
+        return fail([&] {
+          return label(e) + ": '" + v->name + "' is output " + std::to_string(v->producer_index) + " of its node";
+        });
       return bind_op(e, v->producer);
     }
-    if (bound_[size_t(e)]) return m_.values[size_t(e)] == v ? true : fail([&] { return label(e) + ": not the same value both times"; });
+    if (bound_[size_t(e)])
+      return m_.values[size_t(e)] == v ? true : fail([&] { return label(e) + ": not the same value both times"; });
     if (!v) {
       if (!el.optional) return fail([&] { return label(e) + ": input is omitted"; });
     } else {
@@ -171,15 +175,19 @@ class Matcher {
       if (el.dtype) {
         const int32_t t = passes::known_elem_type(v);
         if (t != el.dtype)
-          return fail([&] { return label(e) + ": '" + v->name + "' has element type " + (t ? ir::dtype_name(t) : "unknown") +
-                      ", needs " + ir::dtype_name(el.dtype); });
+          return fail([&] {
+            return label(e) + ": '" + v->name + "' has element type " + (t ? ir::dtype_name(t) : "unknown") +
+                   ", needs " + ir::dtype_name(el.dtype);
+          });
       }
       if (el.rank >= 0) {
         const auto shape = passes::known_shape(v);
         if (!shape) return fail([&] { return label(e) + ": rank of '" + v->name + "' unknown"; });
         if (int(shape->size()) != el.rank)
-          return fail([&] { return label(e) + ": '" + v->name + "' has rank " + std::to_string(shape->size()) + ", needs " +
-                      std::to_string(el.rank); });
+          return fail([&] {
+            return label(e) + ": '" + v->name + "' has rank " + std::to_string(shape->size()) + ", needs " +
+                   std::to_string(el.rank);
+          });
       }
       if (el.scalar || el.has_value) {
         std::string why = check_constant(el, *v->initializer);
@@ -208,7 +216,8 @@ class Matcher {
 
   bool bind_op(int e, ir::Node* n) {
     const Element& el = p_.elements[size_t(e)];
-    if (bound_[size_t(e)]) return m_.nodes[size_t(e)] == n ? true : fail([&] { return label(e) + ": not the same node both times"; });
+    if (bound_[size_t(e)])
+      return m_.nodes[size_t(e)] == n ? true : fail([&] { return label(e) + ": not the same node both times"; });
     if (n->pinned) return fail([&] { return label(e) + ": " + who(*n) + " is pinned"; });
     bool type_ok = false;
     for (const auto& t : el.op_types) type_ok = type_ok || t == n->op_type.value;
@@ -225,8 +234,10 @@ class Matcher {
     size_t present = n->inputs.size();
     while (present && !n->inputs[present - 1]) --present;
     if (present > el.inputs.size())
-      return fail([&] { return label(e) + ": " + who(*n) + " has " + std::to_string(present) + " inputs, needs at most " +
-                  std::to_string(el.inputs.size()); });
+      return fail([&] {
+        return label(e) + ": " + who(*n) + " has " + std::to_string(present) + " inputs, needs at most " +
+               std::to_string(el.inputs.size());
+      });
     bound_[size_t(e)] = true;
     m_.nodes[size_t(e)] = n;
     auto input = [&](size_t i) { return i < n->inputs.size() ? n->inputs[i] : nullptr; };
@@ -261,7 +272,10 @@ class Matcher {
         for (const ir::Use& u : out->uses) {
           bool inside = false;
           for (const ir::Node* m : m_.nodes) inside = inside || m == u.node;
-          if (!inside) return fail([&] { return label(int(e)) + ": its output '" + out->name + "' is also read by " + who(*u.node); });
+          if (!inside) {
+            return fail(
+                [&] { return label(int(e)) + ": its output '" + out->name + "' is also read by " + who(*u.node); });
+          }
         }
       }
     }
