@@ -67,3 +67,26 @@ def test_k_heads_that_are_not_v_heads_refuse():
     text = block(out="float[2,5,64] y").replace("vr = Reshape(v3, ks)", v_heads)
     m, r, _ = run(text)
     assert not r.modified and near(r, "do not provably share batch")
+
+
+CACHE = """g (float[2,5,32] q3, float[2,5,32] k3, float[2,5,32] v3, float[2,4,3,8] past_k, float[2,4,3,8] past_v,
+        float[2,1,5,8] mask) => (float[10,32] y, float[2,4,8,8] present_k, float[2,4,8,8] present_v)
+        <int64[4] sh = {0, 0, 4, 8}, int64[2] flat = {-1, 32}> {
+    qr = Reshape(q3, sh)  q = Transpose <perm = [0, 2, 1, 3]> (qr)
+    kr = Reshape(k3, sh)  k = Transpose <perm = [0, 2, 1, 3]> (kr)
+    vr = Reshape(v3, sh)  v = Transpose <perm = [0, 2, 1, 3]> (vr)
+    present_k = Concat <axis = -2> (past_k, k)  present_v = Concat <axis = -2> (past_v, v)
+    a = Attention <scale = 0.3> (q, present_k, present_v, mask)
+    at = Transpose <perm = [0, 2, 1, 3]> (a)
+    y = Reshape(at, flat)
+}"""
+
+
+def test_a_cache_concatenated_before_the_attention_becomes_its_past():
+    """torch's dynamo exporter at opset 23 with a cache: K and V are
+    Concat(past, new heads), the present outputs."""
+    m, r, original = run(CACHE)
+    assert structure(m)[0] == ("Attention", ["q3", "k3", "v3", "mask", "past_k", "past_v"],
+                               [structure(m)[1][1][0], "present_k", "present_v"])
+    assert ops(m) == ["Attention", "Reshape"] and m.graph.nodes[1].outputs[0].name == "y"
+    assert_same_outputs(original, m, **TOL)

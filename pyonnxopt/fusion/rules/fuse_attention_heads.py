@@ -11,7 +11,10 @@ opset 23; fuse_attention's 4-d match (q, k, v already [B, H, S, D]) leaves
 the same. The four Transposes and four Reshapes go; the mask, the scale and
 the other attributes stay as they are (the mask broadcasts to [B, Hq, S, T]
 in both layouts). A merge that flattens further (GPT-2's [B*S, E]) keeps
-its Reshape, on the 3-d output.
+its Reshape, on the 3-d output. Where the keys and values are
+Concat(past, new heads) along the sequence (a cache, the Concats also the
+present outputs), the past goes in as the op's past_key and past_value and
+its present outputs replace the Concats, as fuse_attention does.
 
 Refuses when:
  1. the Attention returns more than its output (present keys and values,
@@ -28,7 +31,7 @@ from typing import Optional, Union
 
 from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
-from pyonnxopt.fusion.rules.fuse_attention import SPLIT, _heads, _merge, _split
+from pyonnxopt.fusion.rules.fuse_attention import SPLIT, _heads, _layout_past, _merge, _split
 from pyonnxopt.fusion.values import same_dim
 
 
@@ -38,13 +41,17 @@ class FuseAttentionHeads(Rule):
     min_opset = 23
 
     def pattern(self, opset: int) -> list:
-        def variant(masked: bool) -> Op:
-            inputs = [_heads("q"), _heads("k"), _heads("v")] + ([Var("mask")] if masked else [])
+        def variant(masked: bool, past: bool) -> Op:
+            k, v = _heads("k"), _heads("v")
+            if past:  # the present keys and values are graph outputs too: not exclusive
+                k = Op("Concat", Var("past_k"), k, name="k_present", exclusive=False)
+                v = Op("Concat", Var("past_v"), v, name="v_present", exclusive=False)
+            inputs = [_heads("q"), k, v] + ([Var("mask")] if masked else [])
             y = Op("Attention", *inputs, name="attention")
             return Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Var("out_shape"),
                       name="merge_heads")
 
-        return [variant(True), variant(False)]
+        return [variant(masked, past) for past in (True, False) for masked in (True, False)]
 
     def check(self, m: Match) -> Optional[str]:
         heads = _heads_of(m)
@@ -55,20 +62,32 @@ class FuseAttentionHeads(Rule):
         attention = m["attention"]
         inputs = [m["q3"], m["k3"], m["v3"]] + ([m["mask"]] if "mask" in m else [])
         heads = {"q_num_heads": hq, "kv_num_heads": hkv}
-        if _merge(m, _split(m, "q"), _split(m, "v")) == "exact":
+        if "past_k" not in m and _merge(m, _split(m, "q"), _split(m, "v")) == "exact":
             edit.replace_root("Attention", inputs, heads, copy_attrs_from=attention)
             return None
-        (y,) = edit.node("Attention", inputs, hint=f"{attention.name}_3d")
+        if "past_k" in m:  # the cache goes in, and the present keys and values come out of the op
+            inputs += [None] * (4 - len(inputs)) + [m["past_k"], m["past_v"]]
+        made_outputs = edit.node("Attention", inputs, hint=f"{attention.name}_3d", outputs=3 if "past_k" in m else 1)
         made = edit.added[-1]
         made.copy_attributes(attention)
         for name, value in heads.items():
             made.set_attribute(name, value)
-        edit.replace_root("Reshape", [y, m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)})
+        if "past_k" in m:
+            edit.replace_value(m["k_present"].outputs[0], made_outputs[1])
+            edit.replace_value(m["v_present"].outputs[0], made_outputs[2])
+        if _merge(m, _split(m, "q"), _split(m, "v")) == "exact":
+            edit.replace_value(m.root.outputs[0], made_outputs[0])
+        else:
+            edit.replace_root("Reshape", [made_outputs[0], m["out_shape"]],
+                              {"allowzero": m.root.attributes.get("allowzero", 0)})
         return None
 
 
 def _heads_of(m: Match) -> Union[tuple, str]:
     """(Hq, Hkv) once the splits, the Attention and the merge fit, else why not."""
+    if "past_k" in m:
+        bhst = _layout_past(m)  # as fuse_attention reads a cache: equal heads, past [B, H, P, D]
+        return bhst if isinstance(bhst, str) else (bhst[1], bhst[1])
     parts = [_split(m, n) for n in ("q", "k", "v")]
     for p in parts:
         if isinstance(p, str):
