@@ -91,8 +91,20 @@ const char* numpy_dtype(int32_t t) {
 }
 
 // A read-only numpy view over a Blob; the capsule keeps the buffer alive.
+// numpy refuses dims whose nonzero ones multiply past what it can address,
+// an empty array too ([0, 2^56] say): a malformed file's, said as ours.
+void check_numpy_dims(const std::vector<int64_t>& dims, uint64_t itemsize) {
+  uint64_t bytes = itemsize;
+  for (int64_t d : dims) {
+    if (d < 0 || (d && __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) ||
+        bytes > static_cast<uint64_t>(PY_SSIZE_T_MAX))
+      throw ir::ModelError("tensor dims multiply past what an array can hold (" + std::to_string(d) + " among them)");
+  }
+}
+
 py::array blob_array(const ir::Blob& blob, const char* dtype, const std::vector<int64_t>& dims) {
   py::dtype dt(dtype);
+  check_numpy_dims(dims, static_cast<uint64_t>(dt.itemsize()));
   uint64_t numel = 1;
   for (int64_t d : dims) numel *= static_cast<uint64_t>(d);
   // Never let numpy read past the bytes: load checks this, set_raw too.
@@ -114,6 +126,7 @@ py::array blob_array(const ir::Blob& blob, const char* dtype, const std::vector<
 py::object tensor_numpy(const ir::Tensor& t) {
   const char* dt = numpy_dtype(t.data_type.value);
   if (!dt || t.segment.has) return py::none();
+  check_numpy_dims(t.dims, static_cast<uint64_t>(py::dtype(dt).itemsize()));
   uint64_t numel = 1;
   for (int64_t d : t.dims) numel *= static_cast<uint64_t>(d);
   if (const ir::Blob* b = t.raw_payload()) return blob_array(*b, dt, t.dims);
