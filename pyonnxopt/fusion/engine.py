@@ -60,7 +60,7 @@ def run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
             # variants (tried first) then still win where they apply.
             for _ in range(ROUNDS):
                 found, near = graph.match(pattern)
-                for anchor, why, depth in near:
+                for anchor, why, depth in near if rule.pattern_near_misses else ():
                     if depth > closest.get(anchor, (-1, ""))[0]:
                         closest[anchor] = (depth, why)
                 touched: set = set()
@@ -96,7 +96,8 @@ def _apply(rule: Rule, model: Model, graph, names: list, bound: list, opset: int
         edit = Edit(m)
         why = rule.rewrite(m, edit)
     if why is not None:
-        stats["near_misses"].append(f"{node_id(m.root)}: {why}")
+        if why:  # "" refuses quietly: not the rule's case
+            stats["near_misses"].append(f"{node_id(m.root)}: {why}")
         return True
     touched.update(nodes)
     touched.update(edit.added)

@@ -175,11 +175,17 @@ class Rule(Pass):
     """A fusion: `pattern(opset)` says where (one Op, or a list of variant
     Ops tried in order: the same math as exporters spell it), `check` may
     refuse with a reason, `rewrite` edits the graph (or returns a reason, having changed
-    nothing). Matched nodes nobody reads afterwards are removed."""
+    nothing). Matched nodes nobody reads afterwards are removed. A reason
+    is a near miss (`--explain`); an empty one refuses quietly: the match
+    is not the rule's case at all (a Reshape that changes dims, for a rule
+    removing those that do not)."""
 
     min_opset: int = 1  # the rule does not run below this default-domain opset
     only_target: Optional[str] = None  # "ort": the rule does nothing for another --target
     after_cleanup = True
+    # Whether a node of the root's type that the pattern did not fit is a near miss
+    # (False for cleanups whose pattern every Reshape starts: that is no "almost").
+    pattern_near_misses = True
 
     def pattern(self, opset: int) -> Union[Op, list]:
         """Called once per opset: the compiled pattern is kept on the rule."""

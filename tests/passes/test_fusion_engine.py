@@ -86,6 +86,29 @@ def test_check_refusal_is_a_near_miss():
     assert not r.modified and r.stats["near_misses"] == ["Mul->y: the constant broadcasts x"]
 
 
+
+class QuietMulByOne(MulByOne):
+    """A cleanup-like rule: pattern misses are no near misses, and a
+    refusal with an empty reason is quiet."""
+    name = "test_quiet_mul_by_one"
+    pattern_near_misses = False
+
+    def rewrite(self, m, edit):
+        if m.shape("x") != m.shape("Mul"):
+            return ""
+        return edit.bypass_root(m["x"])
+
+
+def test_quiet_refusals_and_pattern_misses_are_no_near_misses():
+    m, r = run(QuietMulByOne(), """g (float[2,3] x) => (float[2,3] y) <float[1] two = {2.0}> {
+        y = Mul(x, two)
+    }""")
+    assert not r.modified and r.stats["near_misses"] == []
+    m, r = run(QuietMulByOne(), """g (float[3] x) => (float[2,3] y) <float[2,1] one = {1.0, 1.0}> {
+        y = Mul(x, one)
+    }""")
+    assert not r.modified and r.stats["near_misses"] == []
+
 class LayerNormShape(Rule):
     """A DAG: x is read by ReduceMean and Sub; d by Mul twice."""
 

@@ -42,6 +42,7 @@ class CancelReshapesAroundTranspose(Rule):
     # A layout cleanup: the fusions wait until its leftovers (the Shape nodes
     # that computed the targets, reading the head split) are gone.
     after_cleanup = False
+    pattern_near_misses = False  # every Reshape starts the pattern; a sandwich it refuses still says why
 
     def pattern(self, opset: int) -> Op:
         merge = Op("Reshape", Var("x"), Var("merge_shape"), name="merge")
