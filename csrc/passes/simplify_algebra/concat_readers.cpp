@@ -118,6 +118,17 @@ const char* undo_split(Context& ctx, Node& split, const Node& concat, const Part
   return nullptr;
 }
 
+// Concat's axis, made non-negative where the rank is known; nullopt when
+// the attribute is missing.
+std::optional<int64_t> concat_axis(const Node& n) {
+  const Attribute* a = n.attribute("axis");
+  if (!a) return std::nullopt;
+  int64_t axis = a->i.value;
+  if (axis < 0 && !n.outputs.empty() && n.outputs[0])
+    if (auto dims = dims_of(n.outputs[0])) axis += static_cast<int64_t>(dims->size());
+  return axis;
+}
+
 }  // namespace
 
 const char* undo_concat(Context& ctx, Graph& g, Node& concat) {
@@ -145,25 +156,6 @@ const char* undo_concat(Context& ctx, Graph& g, Node& concat) {
   if (changed && ctx.remove_if_unread(g, &concat)) ctx.stats->rewrites.back().consumed.push_back(id);
   return changed ? nullptr : kNotMine;
 }
-
-}  // namespace pyonnxopt::passes::algebra
-
-namespace pyonnxopt::passes::algebra {
-
-namespace {
-
-// Concat's axis, made non-negative where the rank is known; nullopt when
-// the attribute is missing.
-std::optional<int64_t> concat_axis(const Node& n) {
-  const Attribute* a = n.attribute("axis");
-  if (!a) return std::nullopt;
-  int64_t axis = a->i.value;
-  if (axis < 0 && !n.outputs.empty() && n.outputs[0])
-    if (auto dims = dims_of(n.outputs[0])) axis += static_cast<int64_t>(dims->size());
-  return axis;
-}
-
-}  // namespace
 
 // A Concat reading Concats of the same axis, each read by it alone, takes
 // their inputs in their place:
@@ -194,7 +186,7 @@ const char* flatten_concat(Context& ctx, Graph& g, Node& outer) {
   if (outer.name.has) flat->name = outer.name;
   flat->domain = outer.domain;
   flat->inputs = std::move(inputs);
-  Attribute& a = flat->attributes.emplace_back();
+  Attribute& a = flat->attributes.emplace_back();  // Attributes do not copy (they may hold graphs)
   a.name.set("axis");
   a.type.set(int32_t(AttrType::kInt));
   a.i.set(outer.attribute("axis")->i.value);
