@@ -126,7 +126,10 @@ class Reference:
         self._steady = False  # whether the original was seen to give the same outputs twice
         grows = _grows(shaped_by, set(inputs or {}))
         self._sizes = CHECK_SIZES if grows else CHECK_SIZES[:1]
-        tries = [(size, None) for size in self._sizes] + (_sums(shaped_by, set(inputs or {})) if grows else [])
+        named = _named_dim_tries(shaped_by, set(inputs or {})) if grows else []
+        tries = [(size, None) for size in self._sizes] + named
+        self._tried = "" if len(tries) == 1 else (f" (unknown dims {', '.join(map(str, self._sizes))} tried"
+                                                  + (", and each named dim 2 with the others 1" if named else "") + ")")
         first_failure = None
         for size, symbols in tries:
             self.feeds = random_inputs(shaped_by, seed, given=set(inputs or {}), size=size, symbols=symbols)
@@ -141,15 +144,13 @@ class Reference:
             except CheckUnavailable as e:
                 first_failure = first_failure or e
                 if (size, symbols) == tries[-1]:
-                    sums = ", and each named dim 2 with the others 1" if len(tries) > len(self._sizes) else ""
-                    raise CheckUnavailable(str(first_failure).replace(" tried)", f" tried{sums})", 1)) from e
+                    raise first_failure from e
 
     def _run_original(self, names: list) -> list:
         try:
             return self._session.run(names, self.feeds)
         except Exception as e:
-            tried = f" (unknown dims {', '.join(map(str, self._sizes))} tried)" if len(self._sizes) > 1 else ""
-            raise CheckUnavailable(f"onnxruntime cannot run the original on the check's inputs{tried}; give them "
+            raise CheckUnavailable(f"onnxruntime cannot run the original on the check's inputs{self._tried}; give them "
                                    f"with --check-inputs: {first_line(e)}") from e
 
     def _expect(self, names: list) -> list:
@@ -224,7 +225,7 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
     return reference.compare(b)
 
 
-def _sums(sess, given: set) -> list:
+def _named_dim_tries(sess, given: set) -> list:
     """Tries for inputs whose named dims are related, one per named dim: it
     is 2, every other named dim 1. A decoder's attention mask covers the
     past and the new tokens: total = past + seq = 1 + 1. [(1, {name: size})]"""

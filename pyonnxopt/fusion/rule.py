@@ -139,6 +139,16 @@ class Edit:
         self.added.append(n)
         return list(n.outputs)
 
+    def dims_at_run_time(self, value: Value, start: int, end: int, hint: str) -> Value:
+        """A 1-D int64 value: `value`'s dims start..end as they are at run
+        time (Shape with start and end from opset 15, Shape and a Slice
+        before; the caller makes sure of opset 10)."""
+        if self._m.opset >= 15:
+            return self.node("Shape", [value], {"start": start, "end": end}, hint=hint)[0]
+        (whole,) = self.node("Shape", [value], hint=f"{hint}_shape")
+        bounds = [self.constant(np.array([i], np.int64), f"{hint}_{i}") for i in (start, end)]
+        return self.node("Slice", [whole, *bounds], hint=hint)[0]
+
     def replace_value(self, old: Value, new: Value) -> None:
         """Readers of `old` (a matched node's output) read `new` (an output
         of a node made here, defined before them) instead, and `new` takes

@@ -111,12 +111,7 @@ def _rows_at_run_time(m: Match, edit: Edit, rows_first, j: int, width: int):
     d = dims(rows_first)
     if d is not None and len(d) == j + 1 and d[-1] == width:
         return edit.node("Shape", [rows_first], hint="rows_shape")[0]
-    if m.opset >= 15:
-        (lead,) = edit.node("Shape", [rows_first], {"start": 0, "end": j}, hint="rows_lead")
-    else:
-        (whole,) = edit.node("Shape", [rows_first], hint="rows_whole")
-        (lead,) = edit.node("Slice", [whole, edit.constant(np.array([0], np.int64), "rows_start"),
-                                      edit.constant(np.array([j], np.int64), "rows_end")], hint="rows_lead")
+    lead = edit.dims_at_run_time(rows_first, 0, j, "rows_lead")
     return edit.node("Concat", [lead, edit.constant(np.array([width], np.int64), "rows_width")], {"axis": 0},
                      hint="rows_shape")[0]
 

@@ -93,6 +93,7 @@ import itertools
 from typing import Optional, Union
 
 import numpy as np
+from onnx import helper
 
 from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
@@ -313,8 +314,6 @@ class FuseAttention(Rule):
 
 def _state_output_type(m: Match, edit: Edit, y, b, s, h) -> None:
     """MultiHeadAttention's output [B, S, H*Dv], stated."""
-    from onnx import helper
-
     v = _split_seq_first(m, "v") if "qs" in m else _split(m, "v") if _three_d(m) else dims(m["v"])
     if isinstance(v, str) or v is None:
         return
@@ -323,13 +322,16 @@ def _state_output_type(m: Match, edit: Edit, y, b, s, h) -> None:
     edit.graph.set_value_type(y, helper.make_tensor_type_proto(_dtype(m), dims_).SerializeToString())
 
 
-_NUMPY_FLOAT = {1: np.float32, 10: np.float16, 11: np.float64}
+def _float_dtype(m: Match):
+    """The mask's numpy float type, or None (not a float the kernels take)."""
+    code = m.dtype("mask")
+    return np.dtype(helper.tensor_dtype_to_np_dtype(code)).type if code in (1, 10, 11) else None  # float, half, double
 
 
 def _sum_above_lowest(m: Match) -> bool:
     """Both masks constant and too small to add up to the type's lowest
     value (Swin's position bias and window mask)."""
-    dtype = _NUMPY_FLOAT.get(m.dtype("mask"))
+    dtype = _float_dtype(m)
     parts = [m["mask"], m["mask2"]] if "mask2" in m else []
     if dtype is None or not parts or not all(v.initializer is not None and not v.is_graph_input for v in parts):
         return False
@@ -347,7 +349,7 @@ def _without_lowest(m: Match, edit: Edit, mask):
     as a constant, a Where of constants (torch's Where(keep, 0, finfo.min))
     made again with them; other masks go through Where(Equal(mask,
     lowest), next, mask)."""
-    dtype = _NUMPY_FLOAT.get(m.dtype("mask"))
+    dtype = _float_dtype(m)
     if dtype is None:
         return mask
     lowest = np.finfo(dtype).min
@@ -475,13 +477,7 @@ def _expand_shape(m: Match, edit: Edit, to: list):
     if all(isinstance(d, int) for d in to):
         return edit.constant(np.array(to, np.int64), "mask_over_queries")
     value, axis = _query_count(m, to[-2])
-    if m.opset >= 15:
-        (count,) = edit.node("Shape", [value], {"start": axis, "end": axis + 1}, hint="query_count")
-    else:
-        (shape,) = edit.node("Shape", [value], hint="query_shape")
-        (count,) = edit.node("Slice", [shape, edit.constant(np.array([axis], np.int64), "query_axis"),
-                                       edit.constant(np.array([axis + 1], np.int64), "query_axis_end")],
-                             hint="query_count")
+    count = edit.dims_at_run_time(value, axis, axis + 1, "query_count")
     before = edit.constant(np.ones(len(to) - 2, np.int64), "mask_lead")
     (target,) = edit.node("Concat", [before, count, edit.constant(np.ones(1, np.int64), "mask_keys")], {"axis": 0},
                           hint="mask_over_queries")

@@ -62,7 +62,8 @@ class FuseAttentionHeads(Rule):
         attention = m["attention"]
         inputs = [m["q3"], m["k3"], m["v3"]] + ([m["mask"]] if "mask" in m else [])
         heads = {"q_num_heads": hq, "kv_num_heads": hkv}
-        if "past_k" not in m and _merge(m, _split(m, "q"), _split(m, "v")) == "exact":
+        exact = _merge(m, _split(m, "q"), _split(m, "v")) == "exact"
+        if "past_k" not in m and exact:
             edit.replace_root("Attention", inputs, heads, copy_attrs_from=attention)
             return None
         if "past_k" in m:  # the cache goes in, and the present keys and values come out of the op
@@ -75,7 +76,7 @@ class FuseAttentionHeads(Rule):
         if "past_k" in m:
             edit.replace_value(m["k_present"].outputs[0], made_outputs[1])
             edit.replace_value(m["v_present"].outputs[0], made_outputs[2])
-        if _merge(m, _split(m, "q"), _split(m, "v")) == "exact":
+        if exact:
             edit.replace_value(m.root.outputs[0], made_outputs[0])
         else:
             edit.replace_root("Reshape", [made_outputs[0], m["out_shape"]],
