@@ -280,6 +280,8 @@ class FuseAttention(Rule):
             last, present_k, present_v = edit.node(op, inputs, attrs, domain=domain, outputs=3)
             edit.replace_value(m["k_present"].outputs[0], present_k)
             edit.replace_value(m["v_present"].outputs[0], present_v)
+            if domain == MS_DOMAIN:
+                _state_output_type(m, edit, last, b, s, h)
 
         def made(step):
             if not isinstance(step, tuple):
