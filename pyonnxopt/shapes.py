@@ -65,6 +65,18 @@ def _names_more(type_proto, value) -> bool:
     return all(a >= b for a, b in pairs) and any(a > b for a, b in pairs)
 
 
+def _relinked(type_proto, value) -> bool:
+    """Same rank, and a generated name the value has became another
+    (`_link_generated` joined it to a group)."""
+    t = value.type
+    if t.get("kind") != "tensor" or t.get("shape") is None or not type_proto.HasField("tensor_type"):
+        return False
+    dims = type_proto.tensor_type.shape.dim
+    return len(dims) == len(t["shape"]) and any(
+        isinstance(old, str) and _generated(old) >= 0 and _generated(d.dim_param) >= 0 and d.dim_param != old
+        for d, old in zip(dims, t["shape"]))
+
+
 def infer(model: Model, update_outputs: bool = False) -> dict:
     """Infers types and shapes and records them as value_info where the model
     says less (never changing graph inputs, nor outputs unless
@@ -80,6 +92,7 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
         _rename_generated(inferred.graph, kept)
         refined = symbolic_shapes.refine(inferred.graph)
+        _link_generated(inferred.graph, model.graph, kept[0])
     except Exception as e:  # onnx raises several kinds; none may stop the passes that need no shapes
         reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         log.warning("shape inference failed: %s", reason)
@@ -155,6 +168,47 @@ def _rename_generated(graph, kept: tuple) -> None:
                 d.dim_param = made[d.dim_param]
 
 
+def _link_generated(pg, g: Graph, still: set) -> None:
+    """Generated names that the inference just made and those the model's
+    values already have are one namespace (`_rename_generated`). Each
+    value's dim joins its old name and its new one; a new name on two
+    values joins their old names too: the fresh inference has linked dims
+    that an earlier one could not (a Reshape's 0 copying a batch that was
+    unknown then). Every dim of a group then takes one name: one on a
+    graph input or output if the group has one (those keep theirs), else
+    the smallest old one, else the new one. A group of one old and one new
+    name keeps the old, so inferring again renames nothing."""
+    parent: dict = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def rank(name: str) -> tuple:
+        return (name not in still, _generated(name) < 0, _generated(name))
+
+    pairs = []
+    for vi in pg.value_info:
+        v = g.value(vi.name)
+        if v is None or v.graph != g or v.type.get("kind") != "tensor" or v.type.get("shape") is None:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) != len(v.type["shape"]):
+            continue
+        pairs += [(d, old) for d, old in zip(dims, v.type["shape"])
+                  if _generated(d.dim_param) >= 0 and isinstance(old, str) and _generated(old) >= 0]
+    for d, old in pairs:
+        a, b = find(d.dim_param), find(old)
+        if a != b:
+            parent[max(a, b, key=rank)] = min(a, b, key=rank)
+    for vi in pg.value_info:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param in parent:
+                d.dim_param = find(d.dim_param)
+
+
 def _all_dims(graph):
     """Every dim of the graph's and its subgraphs' inputs, outputs and value_info."""
     for vi in [*graph.input, *graph.output, *graph.value_info]:
@@ -167,8 +221,9 @@ def _all_dims(graph):
 
 
 def _merged(type_proto, value) -> None:
-    """Where the inferred type says less of a dim than the value does (or
-    only another generated name), the value's dim goes back into it."""
+    """Where the inferred type says less of a dim than the value does, or
+    the same but by another name, the value's dim goes back into it; a
+    generated name is the exception (`_link_generated` chose it)."""
     t = value.type
     if t.get("kind") != "tensor" or t.get("shape") is None or not type_proto.HasField("tensor_type"):
         return
@@ -177,11 +232,12 @@ def _merged(type_proto, value) -> None:
         return
     for d, old in zip(dims, t["shape"]):
         new = d.dim_value if d.HasField("dim_value") else d.dim_param
-        if _dim_score(old) >= _dim_score(new) and old is not None and old != "":
-            if isinstance(old, int):
-                d.dim_value = old
-            else:
-                d.dim_param = old
+        if old is None or old == "" or _dim_score(old) < _dim_score(new) or _dim_score(old) == _dim_score(new) == 1:
+            continue
+        if isinstance(old, int):
+            d.dim_value = old
+        else:
+            d.dim_param = old
 
 
 def _write_back(pg, g: Graph, update_outputs: bool) -> int:
@@ -194,7 +250,7 @@ def _write_back(pg, g: Graph, update_outputs: bool) -> int:
         if v.is_graph_output and not update_outputs:
             continue
         _merged(vi.type, v)
-        if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v):
+        if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _relinked(vi.type, v):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1
     # Subgraphs: nodes correspond one to one, in order; subgraph attributes too.

@@ -150,3 +150,28 @@ def test_a_dim_onnx_once_named_unk_is_worked_out_later():
     assert m.graph.value("n").type["shape"] == [2, "unk__0"]
     made = m.graph.value("nz").type["shape"]
     assert made[0] == 4 and made[1] not in ("unk__0", "unk__1", "unk__2", "S", "B")
+
+
+def test_dims_a_later_inference_links_take_one_generated_name():
+    # An earlier inference could not see that the Reshape's 0 copies q's
+    # batch (its value_info names them apart); inferring again links them,
+    # keeps one of the model's names, and a third run renames nothing.
+    text = """g (float[N,9,64] x, float[64,64] w) => (float[unk__9,9,2,32] y) <int64[4] split = {0, 0, -1, 32}> {
+        b = Relu(x)
+        q = MatMul(b, w)
+        k = MatMul(b, w)
+        qh = Reshape(q, split)
+        kh = Reshape(k, split)
+        y = Add(qh, kh)
+    }"""
+    proto = parse(text, 17)
+    proto.graph.input[0].type.tensor_type.shape.dim[0].ClearField("dim_param")  # a batch of no name
+    vi = onnx.helper.make_tensor_value_info
+    proto.graph.value_info.extend([vi("q", onnx.TensorProto.FLOAT, ["unk__3", 9, 64]),
+                                   vi("qh", onnx.TensorProto.FLOAT, ["unk__5", 9, 2, 32]),
+                                   vi("kh", onnx.TensorProto.FLOAT, ["unk__7", 9, 2, 32])])
+    m = pyonnxopt.load(proto)
+    pyonnxopt.shapes.infer(m)
+    dims = {m.graph.value(v).type["shape"][0] for v in ("b", "q", "k", "qh", "kh")}
+    assert dims == {"unk__3"}  # the smallest of the model's names
+    assert pyonnxopt.shapes.infer(m) == {"values_typed": 0}
