@@ -184,6 +184,15 @@ def test_4d_heads_of_unknown_size_refuse():
     assert not r.modified and near(r, "MultiHeadAttention on 4-d heads needs their count and sizes known")
 
 
+def test_4d_values_wider_than_keys_refuse():
+    """onnxruntime's kernel wants 4-d keys and values of one shape (LeViT's
+    values are wider)."""
+    text = FOUR_D.format(mask_in="", softmax=PLAIN).replace("float[2,4,6,8] v", "float[2,4,6,16] v").replace(
+        "float[2,4,5,8] y", "float[2,4,5,16] y")
+    m, r, _ = fuse_ort(text)
+    assert not r.modified and near(r, "MultiHeadAttention takes 4-d keys and values of one shape; v's head size 16")
+
+
 def test_double_refuses():
     m, r, _ = fuse_ort(as_dtype(parse(block("float[2,1,5,6]"), 17), np.float64))
     assert not r.modified and near(r, "com.microsoft.MultiHeadAttention on double: onnxruntime's CPU provider has no "

@@ -217,6 +217,8 @@ class FuseAttention(Rule):
             q, v = dims(m["q"]), dims(m["v"])
             if not (isinstance(bhst[1], int) and isinstance(q[3], int) and isinstance(v[3], int)):
                 return f"MultiHeadAttention on 4-d heads needs their count and sizes known (q {q}, v {v})"
+            if q[3] != v[3]:  # LeViT's values are 4x wider than its keys
+                return f"MultiHeadAttention takes 4-d keys and values of one shape; v's head size {v[3]} is not k's {q[3]}"
         if "mask" in m:
             why = _mask_reason(_mask_dims(m), bhst, _query_count(m, bhst[2]) is not None)
             if why:
