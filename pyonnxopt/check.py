@@ -134,7 +134,7 @@ class Reference:
         for size, symbols in tries:
             self.feeds = random_inputs(shaped_by, seed, given=set(inputs or {}), size=size, symbols=symbols)
             self.feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
-            self.where = "given inputs" if inputs else f"seed {seed}" + (f", unknown dims {size}" if size > 1 else "")
+            self.where = "given inputs" if inputs else f"seed {seed}" + (f", unknown dims {size}" if grows else "")
             if symbols and not inputs:
                 self.where += ", " + ", ".join(f"{name} {value}" for name, value in symbols.items())
             self.unknown_dims, self.named_dims = size, symbols

@@ -26,8 +26,19 @@ class BackendUnavailable(MissingDependency):
     installed, or no CUDA device was found); the message says which."""
 
 
+FIRST_LINE_LIMIT = 320
+
+
 def first_line(e: BaseException) -> str:
-    """The first line of an exception's message (at most 200 characters), or
-    its type name: how a dependency's multi-line error becomes one line."""
+    """The first line of an exception's message, or its type name: how a
+    dependency's multi-line error becomes one line. A line longer than
+    FIRST_LINE_LIMIT keeps its start and its end, where onnxruntime puts
+    the reason ("... Status Message: ...")."""
     text = str(e).strip()
-    return text.splitlines()[0][:200] if text else type(e).__name__
+    if not text:
+        return type(e).__name__
+    line = text.splitlines()[0]
+    if len(line) <= FIRST_LINE_LIMIT:
+        return line
+    half = (FIRST_LINE_LIMIT - 5) // 2
+    return f"{line[:half]} ... {line[-half:]}"

@@ -9,7 +9,7 @@ import re
 from typing import Mapping, Optional, Sequence
 
 from pyonnxopt import symbolic_shapes
-from pyonnxopt.errors import Error
+from pyonnxopt.errors import Error, first_line
 from pyonnxopt.model import Graph, Model
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         refined = symbolic_shapes.refine(inferred.graph)
         _link_generated(inferred.graph, model.graph, kept[0])
     except Exception as e:  # onnx raises several kinds; none may stop the passes that need no shapes
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        reason = first_line(e)
         log.warning("shape inference failed: %s", reason)
         return {"failed": reason}
     typed = _write_back(inferred.graph, model.graph, update_outputs)

@@ -857,3 +857,12 @@ def test_save_over_the_input_path_with_external_data_then_save_again(tmp_path):
     copy = pyonnxopt.load(tmp_path / "copy.onnx")
     np.testing.assert_array_equal(copy.graph.value("w1").initializer.numpy(), w1)
     np.testing.assert_array_equal(copy.graph.value("w2").initializer.numpy(), w2)
+
+
+def test_a_long_dependency_error_keeps_its_reason_at_the_end():
+    from pyonnxopt.errors import FIRST_LINE_LIMIT, first_line
+
+    why = "Status Message: Input 'key' and 'value' shall have same shape"
+    line = first_line(RuntimeError("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : " + "x" * 400 + why + "\nsecond"))
+    assert line.startswith("[ONNXRuntimeError]") and line.endswith(why) and len(line) <= FIRST_LINE_LIMIT
+    assert first_line(ValueError("short\nmore")) == "short" and first_line(KeyError()) == "KeyError"

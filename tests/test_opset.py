@@ -186,7 +186,7 @@ def test_a_conversion_that_changes_outputs_is_named_not_a_pass(tmp_path, each_pa
         }""")
     path = tmp_path / "pool.onnx"
     onnx.save(model, path)
-    with pytest.raises(Error, match=r"onnx's version converter \(-?-?opset 19\) already changes"):
+    with pytest.raises(Error, match=r"onnx's version converter \(-?-?opset 19\) already changes .*unknown dims 1\)"):
         pyonnxopt.optimize(str(path), str(tmp_path / "o.onnx"), opset=19, verify_each_pass=each_pass)
     assert not (tmp_path / "o.onnx").exists()
     inputs = {"x": np.ones((1, 2, 8, 8), np.float32)}
