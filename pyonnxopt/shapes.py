@@ -186,8 +186,8 @@ def _link_generated(pg, g: Graph, still: set) -> None:
             x = parent[x]
         return x
 
-    def rank(name: str) -> tuple:
-        return (name not in still, _generated(name) < 0, _generated(name))
+    def rank(name: str) -> tuple:  # the new names are numbered above the old ones
+        return (name not in still, _generated(name))
 
     pairs = []
     for vi in pg.value_info:
