@@ -43,6 +43,21 @@ def test_dynamo_k_transposed_becomes_one_transpose():
         assert np.array_equal(outputs(before, feeds(shape))[0], outputs(m, feeds(shape))[0])
 
 
+@pytest.mark.parametrize("y, split, perm", [("B,1,8,T", "b, one, d, t", [0, 1, 3, 2]),
+                                            ("B,8,T,1", "b, d, t, one", [0, 3, 2, 1])])
+def test_axes_of_size_1_may_come_and_go(y, split, perm):
+    """Falcon's one key/value head, from torch's dynamo exporter: [B, 1, T, 8]
+    -> [B, T, 8] -> [B, 8, T] -> [B, 1, 8, T]."""
+    text = sandwich(x="B,1,T,8", merge="b, t, d", split=split, y=y).replace(
+        "bh = Shape<start = 0, end = 2>(x)",
+        "b = Shape<start = 0, end = 1>(x)\n        one = Shape<start = 1, end = 2>(x)")
+    before, m, r = run(text)
+    transposes = [n for n in m.graph.nodes if n.op_type == "Transpose"]
+    assert r.modified and "Reshape" not in ops(m) and [t.attributes["perm"] for t in transposes] == [perm]
+    for shape in ((2, 1, 5, 8), (1, 1, 1, 8)):
+        assert np.array_equal(outputs(before, feeds(shape))[0], outputs(m, feeds(shape))[0])
+
+
 def test_heads_moved_between_the_reshapes():
     # [B, 4, T, 8] -> [B*4, T, 8] -> [T, B*4, 8] -> [T, B, 4, 8]: perm [2, 0, 1, 3]
     text = sandwich(perm="1, 0, 2", split="t, bh, d", y="T,B,4,8")
@@ -67,6 +82,9 @@ def test_a_sandwich_that_moves_nothing_goes():
                                                     "h1 = Shape<start = 1, end = 2>(x)\n"
                                                     "hb = Concat<axis = 0>(h1, bh0)"),
      "not back into"),
+    # an axis of size 1 dropped for good: [B, 1, T, 8] -> [B*T, 8] -> [8, B*T] -> [8, B, T]
+    (sandwich(x="B,1,T,8", merge="m1, d", perm="1, 0", split="d, b, t", y="8,B,T").replace(
+        "bh = Shape<start = 0, end = 2>(x)", "b = Shape<start = 0, end = 1>(x)"), "differ in rank"),
     # two runs merged, [B*4, T*8]: the middle is not one run
     (sandwich(merge="m1, td", split="bh, t, d", y="B,4,T,8", perm="0, 1").replace(
         "merge_shape", "td = Mul(t, d)\n        merge_shape", 1), "does more than merge one run"),

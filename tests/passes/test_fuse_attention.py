@@ -173,9 +173,21 @@ def test_symbolic_batch_and_sequence_fuse():
     assert ops(m) == ["Attention"]
 
 
-def test_heads_broadcast_by_matmul_refuse():
+def test_one_key_value_head_broadcast_by_matmul_is_grouped_attention():
+    """Falcon's multi-query attention: MatMul broadcasts k's and v's one
+    head over q's 4, as Attention's grouped heads do with one group."""
     io = "float[2,4,5,8] q, float[2,1,6,8] k, float[2,1,6,8] v"
-    m, r, _ = fuse("fuse_attention", _plain(bhsd(io=io)), opset=23)
+    m, r, original = fuse("fuse_attention", _plain(bhsd(io=io)), opset=23)
+    assert ops(m) == ["Attention"]
+    assert_same_outputs(original, m, **TOL)
+
+
+@pytest.mark.parametrize("io", ["float[2,1,5,8] q, float[2,4,6,8] k, float[2,4,6,8] v",  # q's one head
+                                "float[2,4,5,8] q, float[2,2,6,8] k, float[2,2,6,8] v",  # not MatMul's either
+                                "float[2,4,5,8] q, float[2,1,6,8] k, float[2,4,6,8] v"])
+def test_heads_broadcast_otherwise_refuse(io):
+    out = "float[2,4,5,8] y"
+    m, r, _ = fuse("fuse_attention", _plain(bhsd(io=io, out=out)), opset=23, full_check=False)
     assert not r.modified and near(r, "do not provably share batch and heads")
 
 

@@ -193,6 +193,15 @@ def test_4d_values_wider_than_keys_refuse():
     assert not r.modified and near(r, "MultiHeadAttention takes 4-d keys and values of one shape; v's head size 16")
 
 
+def test_4d_one_key_value_head_refuses():
+    """MatMul broadcasts Falcon's one key/value head; MultiHeadAttention
+    would not."""
+    text = FOUR_D.format(mask_in="", softmax=PLAIN).replace("float[2,4,6,8] k", "float[2,1,6,8] k").replace(
+        "float[2,4,6,8] v", "float[2,1,6,8] v")
+    m, r, _ = fuse_ort(text)
+    assert not r.modified and near(r, "MultiHeadAttention takes as many key/value heads as query heads (1, not 4)")
+
+
 def test_double_refuses():
     m, r, _ = fuse_ort(as_dtype(parse(block("float[2,1,5,6]"), 17), np.float64))
     assert not r.modified and near(r, "com.microsoft.MultiHeadAttention on double: onnxruntime's CPU provider has no "

@@ -21,8 +21,9 @@ each run back as it was: the same dims in the same order.
 
 Refuses when:
  1. a dim of x, of either view or of y is unknown (not an int nor a symbol);
- 2. a Reshape does more than merge (or split) one run of axes, or drops or
-    adds an axis of size 1;
+ 2. a Reshape does more than merge (or split) one run of axes (axes of
+    size 1 aside: they may come and go), or x and y differ in rank or in
+    their count of axes of size 1;
  3. the split does not give back the runs the merge made.
 """
 
@@ -65,7 +66,9 @@ class CancelReshapesAroundTranspose(Rule):
 
 
 def _permutation(m: Match) -> Union[list, str]:
-    """The perm q with Transpose(x, q) == y, or why it is not provable."""
+    """The perm q with Transpose(x, q) == y, or why it is not provable.
+    Axes of size 1 are left out of the runs (where they sit changes no
+    element's place), then given to y's in order."""
     x, merged, y = dims(m["x"]), dims(m["merge"].outputs[0]), dims(m.root.outputs[0])
     for label, d in (("x", x), ("the merged view", merged), ("the result", y)):
         if d is None or any(e is None for e in d):
@@ -73,21 +76,32 @@ def _permutation(m: Match) -> Union[list, str]:
     perm = m["moved"].attributes.get("perm", list(range(len(merged)))[::-1])
     if sorted(perm) != list(range(len(merged))):
         return f"the Transpose's perm {list(perm)} does not fit the merged view {merged}"
-    moved = [merged[p] for p in perm]
-    runs_x = _runs(x, merged)
+    if len(x) != len(y) or x.count(1) != y.count(1):
+        return f"x {x} and the result {y} differ in rank or in axes of size 1: no Transpose gives one from the other"
+    kept = [a for a in perm if merged[a] != 1]  # the moved view's axes, as merged's
+    moved = [merged[a] for a in kept]
+    merged_, x_, y_ = ([e for e in d if e != 1] for d in (merged, x, y))
+    runs_x = _runs(x_, merged_)
     if runs_x is None:
         return f"the first Reshape {x} -> {merged} does more than merge one run of axes"
-    runs_y = _runs(y, moved)
+    runs_y = _runs(y_, moved)
     if runs_y is None:
-        return f"the second Reshape {moved} -> {y} does more than split one axis into a run"
-    q = []
-    for axis, run_y in zip(perm, runs_y):
+        return f"the second Reshape {[merged[a] for a in perm]} -> {y} does more than split one axis into a run"
+    x_axes = [a for a, e in enumerate(x) if e != 1]
+    order = []  # x's axes (size 1 left out) in y's order
+    for axis, run_y in zip((_merged_index(merged, a) for a in kept), runs_y):
         run_x = runs_x[axis]
-        if len(run_x) != len(run_y) or not all(same_dim(x[a], y[b]) for a, b in zip(run_x, run_y)):
-            return (f"the second Reshape splits {[moved[perm.index(axis)]]} into {[y[b] for b in run_y]}, "
-                    f"not back into {[x[a] for a in run_x]}")
-        q.extend(run_x)
-    return q
+        if len(run_x) != len(run_y) or not all(same_dim(x_[a], y_[b]) for a, b in zip(run_x, run_y)):
+            return (f"the second Reshape splits {[merged_[axis]]} into {[y_[b] for b in run_y]}, "
+                    f"not back into {[x_[a] for a in run_x]}")
+        order.extend(x_axes[a] for a in run_x)
+    ones, order = iter(a for a, e in enumerate(x) if e == 1), iter(order)
+    return [next(ones) if e == 1 else next(order) for e in y]
+
+
+def _merged_index(merged: list, axis: int) -> int:
+    """merged's axis `axis` counted without its axes of size 1."""
+    return sum(1 for e in merged[:axis] if e != 1)
 
 
 def _runs(fine: list, coarse: list) -> Optional[list]:

@@ -74,12 +74,16 @@ used: it is not causal when S < T on CPU; the exporters add the causal mask.)
 
 Refuses when:
  1. the opset is below 23 and the target is onnx; MultiHeadAttention on
-    4-d heads whose count or sizes are not known ints;
+    4-d heads whose count or sizes are not known ints, whose keys and
+    values differ in head size, or with one key/value head for several
+    query heads;
  2. the Softmax is not over the last axis; a scale is not a scalar constant
     (or is 0, which MultiHeadAttention reads as 1/sqrt(D)); the NaN guard's
     value is not a scalar 0;
  3. q, k, v cannot be shown to share batch and heads (MatMul's broadcasting
-    is not Attention's), or a Reshape does more than split/merge the last dim;
+    is not Attention's; but 4-d keys and values of one head, as Falcon's,
+    broadcast over q's heads as Attention's grouped heads do), or a Reshape
+    does more than split/merge the last dim;
  4. the mask's shape is unknown or does not fit (see above), or it needs
     expanding over an S that is neither an int nor a symbol of q's dims, or
     expanding at all below opset 8 (Expand; 10 with a symbolic S);
@@ -217,6 +221,8 @@ class FuseAttention(Rule):
             q, v = dims(m["q"]), dims(m["v"])
             if not (isinstance(bhst[1], int) and isinstance(q[3], int) and isinstance(v[3], int)):
                 return f"MultiHeadAttention on 4-d heads needs their count and sizes known (q {q}, v {v})"
+            if v[1] != bhst[1]:  # Falcon's one key/value head, which MatMul broadcasts
+                return f"MultiHeadAttention takes as many key/value heads as query heads ({v[1]}, not {bhst[1]})"
             if q[3] != v[3]:  # LeViT's values are 4x wider than its keys
                 return f"MultiHeadAttention takes 4-d keys and values of one shape; v's head size {v[3]} is not k's {q[3]}"
         if "mask" in m:
@@ -535,7 +541,9 @@ def _layout(m: Match) -> Union[tuple, str]:
         k = dims(m["k"])
     if any(d is None or len(d) != 4 for d in (q, k, v)):
         return f"q, k, v are not all 4-d with known rank ({q}, {k}, {v})"
-    if not (same_dim(q[0], k[0]) and same_dim(q[0], v[0]) and same_dim(q[1], k[1]) and same_dim(q[1], v[1])):
+    shared = same_dim(q[1], k[1]) and same_dim(q[1], v[1])
+    one_kv_head = k[1] == 1 and v[1] == 1  # MatMul broadcasts it over q's heads: one group of Attention's GQA
+    if not (same_dim(q[0], k[0]) and same_dim(q[0], v[0]) and (shared or one_kv_head)):
         return f"q {q}, k {k}, v {v} do not provably share batch and heads"
     return q[0], q[1], q[2], k[2]
 
