@@ -191,6 +191,33 @@ def test_heads_broadcast_otherwise_refuse(io):
     assert not r.modified and near(r, "do not provably share batch and heads")
 
 
+SOFTCAPPED = ("s = Mul(qk, c)  sc = Div(s, cap)  t = Tanh(sc)  tc = Mul(t, cap2)  a = Add(tc, mask)  "
+              "p = Softmax <axis = -1> (a)")
+
+
+@pytest.mark.parametrize("cap2, fused", [("50.0", True), ("40.0", False)])
+def test_gemma2_softcap_before_the_mask_is_attentions_softcap(cap2, fused):
+    # Softcapped scores near their cap: the masked keys still get no weight.
+    text = bhsd(mask_in=", float[1,1,5,6] mask", consts=f"float c = {{8.0}}, float cap = {{50.0}}, "
+                f"float cap2 = {{{cap2}}}").replace("s = Div(qk, c)  m = Identity(s)  p = Softmax <axis = -1> (m)",
+                                                     SOFTCAPPED)
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    if not fused:
+        assert not r.modified and near(r, "the softcap's constants (cap, cap2) are not one positive scalar")
+        return
+    assert unguarded_ops(m) == ["Attention"] and attention_of(m).attributes["softcap"] == 50.0
+    mask = np.zeros((1, 1, 5, 6), np.float32)
+    mask[..., 4:] = np.finfo(np.float32).min
+    assert_same_outputs(original, m, {"mask": mask}, **TOL)
+
+
+def test_softcap_refuses_multi_head_attention():
+    text = bhsd(mask_in=", float[1,1,5,6] mask", consts="float c = {8.0}, float cap = {50.0}, float cap2 = {50.0}"
+                ).replace("s = Div(qk, c)  m = Identity(s)  p = Softmax <axis = -1> (m)", SOFTCAPPED)
+    m, r, _ = fuse("fuse_attention", text, opset=17, target="ort")
+    assert not r.modified and near(r, "MultiHeadAttention has no softcap")
+
+
 def test_opset_below_23_refuses():
     m, r, _ = fuse("fuse_attention", _plain(bhsd()), opset=20)
     assert not r.modified and near(r, "Attention needs opset 23; the model imports 20")

@@ -6,6 +6,8 @@ import io
 import math
 import warnings
 
+from typing import Optional
+
 import numpy as np
 import onnx
 
@@ -57,11 +59,13 @@ def fuse(rule: str, model, opset: int = 20, target: str = "onnx", infer: bool = 
     return m, r, proto
 
 
-def assert_same_outputs(original, fused, rtol: float, atol: float, seed: int = 0) -> None:
-    """Both models on the same seeded inputs in onnxruntime (CPU, its own
-    optimizations off): equal outputs within the tolerance."""
+def assert_same_outputs(original, fused, given: Optional[dict] = None, *, rtol: float, atol: float,
+                        seed: int = 0) -> None:
+    """Both models on the same seeded inputs (those `given` as they are) in
+    onnxruntime (CPU, its own optimizations off): equal outputs within the
+    tolerance."""
     want_s = session(original.SerializeToString() if isinstance(original, onnx.ModelProto) else original)
-    feeds = random_inputs(want_s, seed)
+    feeds = {**random_inputs(want_s, seed), **(given or {})}
     want = want_s.run(None, feeds)
     have = session(fused.to_bytes()).run(None, feeds)
     assert len(have) == len(want)

@@ -137,7 +137,7 @@ def _packed(unbind: bool) -> tuple:
                  for part, n in zip(parts, "qkv"))
 
 
-def _variant(layout: str, scale: str, mask: int, guard: bool) -> Op:
+def _variant(layout: str, scale: str, mask: int, guard: bool, softcap: bool = False) -> Op:
     if layout in ("packed", "packed_unbind"):
         q, k, v = _packed(layout == "packed_unbind")
         k_t = Op("Transpose", k, name="k_t", attrs={"perm": [0, 1, 3, 2]})
@@ -170,6 +170,9 @@ def _variant(layout: str, scale: str, mask: int, guard: bool) -> Op:
         s = Op("Mul", s, Const("scale"), name="scaled", commutative=True)
     elif scale == "div":
         s = Op("Div", s, Const("scale"), name="scaled")
+    if softcap:  # Gemma 2: c * tanh(s / c), before the mask as Attention's softcap
+        s = Op("Div", s, Const("cap_in"), name="capped_in")
+        s = Op("Mul", Op("Tanh", s, name="capped"), Const("cap_out"), name="softcapped", commutative=True)
     if mask:
         s = Op("Add", s, Var("mask"), name="masked", commutative=True)
     if mask == 2:  # a second one (Swin: the position bias, then the shifted windows' mask)
@@ -196,7 +199,9 @@ class FuseAttention(Rule):
         # The 3-d and sequence-first layouts first: they take the head split and merge along.
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
             ("3d_past", "3d", "3d_heads_t", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k"), (2, 1, 0),
-            ("mul", "div", "both", "q", "none"), (True, False))]
+            ("mul", "div", "both", "q", "none"), (True, False))] + [
+            _variant("bhsd", scale, mask, guard, softcap=True)  # Gemma 2's heads are 4-d (rotary)
+            for mask, scale, guard in itertools.product((1, 0), ("mul", "div", "none"), (True, False))]
 
     def check(self, m: Match) -> Optional[str]:
         op = _emitted(m)
@@ -212,6 +217,11 @@ class FuseAttention(Rule):
             return scale
         if scale == 0 and op == "MultiHeadAttention":
             return "the scale is 0, which MultiHeadAttention reads as 1/sqrt(head size)"
+        cap = _softcap(m)
+        if isinstance(cap, str):
+            return cap
+        if cap and op == "MultiHeadAttention":
+            return "MultiHeadAttention has no softcap (c * tanh(scores / c))"
         if "nan_zero" in m and not (scalar_of(m.array("nan_zero")) == 0 and m.array("nan_zero").ndim <= 4):
             return f"the NaN guard's '{m['nan_zero'].name}' is not a scalar 0"
         bhst = _layout(m)
@@ -244,6 +254,8 @@ class FuseAttention(Rule):
         b, h, s, t = _layout(m)
         op = _emitted(m)
         attrs = {"scale": float(_scale(m))}
+        if _softcap(m):
+            attrs["softcap"] = float(_softcap(m))
         if "qs" in m:
             inputs = _batch_first(m, edit)
         elif "qkv3" in m:
@@ -522,6 +534,17 @@ def _scale(m: Match) -> Union[float, str]:
     if c is None or (m["scaled"].op_type == "Div" and c == 0):
         return f"the scale '{m['scale'].name}' is not a nonzero scalar constant"
     return 1.0 / c if m["scaled"].op_type == "Div" else c
+
+
+def _softcap(m: Match) -> Union[float, str]:
+    """c of c * tanh(scores / c) (0: none), or why it is not one positive
+    scalar constant."""
+    if "capped" not in m:
+        return 0.0
+    c_in, c_out = scalar_of(m.array("cap_in")), scalar_of(m.array("cap_out"))
+    if c_in is None or c_out is None or not c_in == c_out > 0 or not np.isfinite(c_in):
+        return f"the softcap's constants ({m['cap_in'].name}, {m['cap_out'].name}) are not one positive scalar"
+    return float(c_in)
 
 
 def _layout(m: Match) -> Union[tuple, str]:
