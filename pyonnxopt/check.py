@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 import numpy as np
@@ -57,11 +57,11 @@ CHECK_SIZES = (1, 32, 224, 1024)
 
 
 def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
-                  symbols: Optional[dict] = None) -> dict:
+                  symbols: Optional[dict] = None, batch: int = 1) -> dict:
     """Seeded inputs: floats ~ N(0, 1), integers 0 or 1 (index-like inputs
     such as token ids, token types and masks stay in range of any table),
-    booleans at random; unknown dims are 1 on an input's first axis (a
-    batch) and `size` after it, but a named dim in `symbols` takes its size
+    booleans at random; unknown dims are `batch` on an input's first axis
+    and `size` after it, but a named dim in `symbols` takes its size
     there. Inputs named in `given` (the caller has them) are left out."""
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -71,7 +71,7 @@ def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
         dtype = _ORT_TYPES.get(i.type)
         if dtype is None:
             raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate")
-        shape = [d if isinstance(d, int) and d >= 0 else (symbols or {}).get(d, 1 if axis == 0 else size)
+        shape = [d if isinstance(d, int) and d >= 0 else (symbols or {}).get(d, batch if axis == 0 else size)
                  for axis, d in enumerate(i.shape or [])]
         if np.issubdtype(dtype, np.floating):
             feeds[i.name] = rng.standard_normal(shape).astype(dtype)
@@ -90,6 +90,7 @@ class CheckResult:
     unloadable: Optional[str] = None  # onnxruntime's words when it could not load the candidate
     unknown_dims: int = 1  # the size generated inputs had for unknown dims past the first axis
     named_dims: Optional[dict] = None  # sizes given to named dims, where they had to differ (total = past + seq)
+    samples: int = 1  # input samples compared (a second with the dynamic dims doubled)
 
     @staticmethod
     def not_loaded(e: BaseException) -> "CheckResult":
@@ -97,12 +98,32 @@ class CheckResult:
         return CheckResult(0, float("inf"), f"(none: onnxruntime cannot load the optimized model: {why})", why)
 
 
+# The second sample doubles every dynamic dim of the first; past this many
+# input bytes it is left out (a CNN's image at 224 would cost 8 times).
+SECOND_SAMPLE_BYTES = 64 << 20
+
+
+@dataclass
+class _Sample:
+    feeds: dict
+    where: str
+    unknown_dims: int = 1
+    named_dims: Optional[dict] = None
+    want: dict = field(default_factory=dict)  # the original's outputs by name, run once each
+
+
 class Reference:
     """The original, run once per output on the check's inputs; `compare`
     then runs only the candidate. `original`: a loaded session (or what
     `session` takes); inputs are shaped as `shaped_by` declares them (a
     session, default the original's) and `inputs` (name -> array) replaces
-    any of them. `required` outputs must all be in every candidate."""
+    any of them. `required` outputs must all be in every candidate.
+
+    Generated inputs come in two samples where the model has dynamic dims:
+    the first that the original runs on (small sizes), then the same with
+    every dynamic dim doubled (a batch of 2, sums such as total = past + seq
+    kept), so that a rewrite right only at batch 1 or at one token shows.
+    The second is dropped where the original cannot run on it."""
 
     def __init__(self, original, *, seed: int = 0, inputs: Optional[dict] = None, shaped_by=None,
                  required: Optional[list] = None, rtol: float = 1e-4, atol: float = 1e-5):
@@ -122,46 +143,80 @@ class Reference:
                 raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(names)})")
         self.required, self.rtol, self.atol = list(required or []), rtol, atol
         self.seed = None if inputs else seed
-        self._want: dict = {}
         self._steady = False  # whether the original was seen to give the same outputs twice
-        grows = _grows(shaped_by, set(inputs or {}))
+        given = set(inputs or {})
+        grows = _grows(shaped_by, given)
         self._sizes = CHECK_SIZES if grows else CHECK_SIZES[:1]
-        named = _named_dim_tries(shaped_by, set(inputs or {})) if grows else []
+        named = _named_dim_tries(shaped_by, given) if grows else []
         tries = [(size, None) for size in self._sizes] + named
         self._tried = "" if len(tries) == 1 else (f" (unknown dims {', '.join(map(str, self._sizes))} tried"
                                                   + (", and each named dim 2 with the others 1" if named else "") + ")")
+        wanted = self.required or [o.name for o in original.get_outputs()]
         first_failure = None
         for size, symbols in tries:
-            self.feeds = random_inputs(shaped_by, seed, given=set(inputs or {}), size=size, symbols=symbols)
-            self.feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
-            self.where = "given inputs" if inputs else f"seed {seed}" + (f", unknown dims {size}" if grows else "")
+            feeds = random_inputs(shaped_by, seed, given=given, size=size, symbols=symbols)
+            feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
+            where = "given inputs" if inputs else f"seed {seed}" + (f", unknown dims {size}" if grows else "")
             if symbols and not inputs:
-                self.where += ", " + ", ".join(f"{name} {value}" for name, value in symbols.items())
-            self.unknown_dims, self.named_dims = size, symbols
+                where += ", " + ", ".join(f"{name} {value}" for name, value in symbols.items())
+            sample = _Sample(feeds, where, size, symbols)
             try:  # the outputs that must be there (else all): a run that fails says to try the next one
-                self._expect(self.required or [o.name for o in original.get_outputs()])
+                self._expect(sample, wanted)
                 break
             except CheckUnavailable as e:
                 first_failure = first_failure or e
                 if (size, symbols) == tries[-1]:
                     raise first_failure from e
+        self._samples = [sample]
+        self.unknown_dims, self.named_dims = sample.unknown_dims, sample.named_dims
+        if not inputs:
+            self._add_doubled(shaped_by, sample, wanted)
 
-    def _run_original(self, names: list) -> list:
+    def _add_doubled(self, shaped_by, first: _Sample, wanted: list) -> None:
+        """The second sample (see the class), when the model has dynamic
+        dims, it stays under SECOND_SAMPLE_BYTES and the original runs on it."""
+        symbols: dict = {}
+        dynamic = False
+        for i in shaped_by.get_inputs():
+            for d, n in zip(i.shape or [], first.feeds[i.name].shape):
+                if not (isinstance(d, int) and d >= 0):
+                    dynamic = True
+                    if isinstance(d, str) and d:
+                        symbols[d] = 2 * n
+        if not dynamic:
+            return
+        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols, batch=2)
+        if sum(a.nbytes for a in feeds.values()) > SECOND_SAMPLE_BYTES:
+            return
+        sizes = ", ".join(f"{name} {value}" for name, value in symbols.items())
+        sample = _Sample(feeds, f"seed {self.seed + 1}, dynamic dims doubled" + (f": {sizes}" if sizes else ""))
         try:
-            return self._session.run(names, self.feeds)
+            self._expect(sample, wanted)
+        except CheckUnavailable:
+            return  # sizes the model does not take (a fixed position table, a strided stem)
+        self._samples.append(sample)
+
+    @property
+    def where(self) -> str:
+        """The first sample's inputs, in words."""
+        return self._samples[0].where
+
+    def _run_original(self, sample: _Sample, names: list) -> list:
+        try:
+            return self._session.run(names, sample.feeds)
         except Exception as e:
             raise CheckUnavailable(f"onnxruntime cannot run the original on the check's inputs{self._tried}; give them "
                                    f"with --check-inputs: {first_line(e)}") from e
 
-    def _expect(self, names: list) -> list:
-        missing = [n for n in names if n not in self._want]
+    def _expect(self, sample: _Sample, names: list) -> list:
+        missing = [n for n in names if n not in sample.want]
         if missing:
-            self._want.update(zip(missing, self._run_original(missing)))
-        return [self._want[n] for n in names]
+            sample.want.update(zip(missing, self._run_original(sample, missing)))
+        return [sample.want[n] for n in names]
 
     def compare(self, candidate) -> CheckResult:
         """Every output of `candidate` (a session, a path or serialized bytes)
-        against the original's output of the same name."""
+        against the original's output of the same name, on each sample."""
         if not hasattr(candidate, "run"):
             try:
                 candidate = session(candidate)
@@ -177,16 +232,27 @@ class Reference:
         for name in names:
             if name not in self._names:
                 return CheckResult(len(names), float("inf"), f"{name}: not an output of the original")
-        want = self._expect(names)  # the original first: inputs it cannot take say nothing about the candidate
         inputs = {i.name for i in candidate.get_inputs()}
+        worst = 0.0
+        for sample in self._samples:
+            result = self._compare_on(candidate, sample, names, inputs)
+            worst = max(worst, result.max_abs_diff)
+            if result.first_mismatch:
+                break
+        result.max_abs_diff = worst
+        result.unknown_dims, result.named_dims, result.samples = self.unknown_dims, self.named_dims, len(self._samples)
+        return result
+
+    def _compare_on(self, candidate, sample: _Sample, names: list, inputs: set) -> CheckResult:
+        want = self._expect(sample, names)  # the original first: inputs it cannot take say nothing about the candidate
         try:
-            got = candidate.run(names, {k: v for k, v in self.feeds.items() if k in inputs})
+            got = candidate.run(names, {k: v for k, v in sample.feeds.items() if k in inputs})
         except Exception as e:
-            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model: {first_line(e)})")
-        result = _compare_outputs(names, want, got, self.rtol, self.atol, self.where)
-        result.unknown_dims, result.named_dims = self.unknown_dims, self.named_dims
+            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model on {sample.where}: "
+                                                f"{first_line(e)})")
+        result = _compare_outputs(names, want, got, self.rtol, self.atol, sample.where)
         if result.first_mismatch and not self._steady:
-            again = self._run_original(names)
+            again = self._run_original(sample, names)
             if _compare_outputs(names, want, again, self.rtol, self.atol, "").first_mismatch:
                 raise CheckUnavailable("the original's outputs change from run to run (random ops or training-mode "
                                        "Dropout): there is nothing to compare with")
@@ -245,7 +311,8 @@ def _compare_outputs(names, want, got, rtol, atol, where) -> CheckResult:
     for name, x, y in zip(names, want, got):
         x, y = np.asarray(x), np.asarray(y)
         if x.shape != y.shape or x.dtype != y.dtype:
-            return CheckResult(len(names), float("inf"), f"{name}: shape/dtype {x.shape}/{x.dtype} became {y.shape}/{y.dtype}")
+            return CheckResult(len(names), float("inf"),
+                               f"{name}: shape/dtype {x.shape}/{x.dtype} became {y.shape}/{y.dtype} ({where})")
         if x.dtype.kind in "fc":
             finite = np.isfinite(x) & np.isfinite(y)
             with np.errstate(invalid="ignore", over="ignore"):

@@ -232,4 +232,6 @@ def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed
         out["unknown_dims"] = result.unknown_dims
     if result.named_dims and not inputs:
         out["named_dims"] = result.named_dims
+    if result.samples > 1:
+        out["samples"] = result.samples
     return out

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import onnx
 import pytest
 
@@ -114,7 +115,8 @@ def test_a_strided_stem_is_checked_on_inputs_large_enough(tmp_path, capsys, monk
     assert report["check"]["first_mismatch"] is None and report["check"]["unknown_dims"] == 32
     monkeypatch.setenv("COLUMNS", "300")
     assert main(["optimize", str(path), str(tmp_path / "out.onnx")]) == 0
-    assert "(max abs diff 0.0e+00, seed 0, unknown dims 32)" in capsys.readouterr().out
+    assert "(max abs diff 0.0e+00, seed 0, unknown dims 32; again with its dynamic dims doubled)" in \
+        capsys.readouterr().out
 
 
 
@@ -144,7 +146,25 @@ def test_a_cache_whose_mask_covers_past_and_new_tokens_is_checked(tmp_path, caps
     assert check["first_mismatch"] is None and check["named_dims"] == {"batch": 1, "seq": 1, "past": 1, "total": 2}
     monkeypatch.setenv("COLUMNS", "300")
     assert main(["optimize", str(path), str(tmp_path / "out.onnx")]) == 0
-    assert "seed 0, batch 1, seq 1, past 1, total 2)" in capsys.readouterr().out
+    assert "seed 0, batch 1, seq 1, past 1, total 2; again with its dynamic dims doubled)" in capsys.readouterr().out
+    assert check["samples"] == 2  # batch 2, seq 2, past 2, total 4: the sum holds
+
+
+def test_a_rewrite_right_only_at_batch_1_is_caught_by_the_doubled_sample(tmp_path):
+    # Averaging over a batch of 1 is the batch itself: equal on the first
+    # sample, not on the second (batch 2).
+    from onnx import parser
+
+    from pyonnxopt.check import compare
+
+    def model(body):
+        return parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + f"""
+            g (float[N,4] x) => (float[M,4] y) {{ {body} }}""").SerializeToString()
+
+    result = compare(model("y = ReduceMean <axes = [0]> (x)"), model("y = Identity(x)"))
+    assert result.samples == 2 and "(seed 1, dynamic dims doubled: N 2)" in result.first_mismatch
+    result = compare(model("y = ReduceMean <axes = [0]> (x)"), model("y = Identity(x)"), inputs={"x": np.ones((1, 4), np.float32)})
+    assert result.samples == 1 and result.first_mismatch is None  # given inputs: only those
 
 
 def test_inputs_no_try_fits_are_reported_with_the_first_tries_error(tmp_path):

@@ -208,6 +208,8 @@ def render(report: dict) -> None:
             inputs += f", unknown dims {check['unknown_dims']}"
         if "named_dims" in check:
             inputs += ", " + ", ".join(f"{esc(name)} {size}" for name, size in check["named_dims"].items())
+        if check.get("samples", 1) > 1:
+            inputs += "; again with its dynamic dims doubled"
         out.print(f"checked in onnxruntime: {check['outputs']} outputs match (max abs diff {check['max_abs_diff']:.1e}, "
                   f"{inputs})")
     if "verified_each_pass" in report:
