@@ -137,6 +137,8 @@ class Model:
         target = os.fspath(path)
         if os.path.isdir(target):
             raise ModelError(f"cannot save to {target}: it is a folder; give a file name")
+        if external_data is not False:
+            location = self._free_location(target, location)
         r = self._core.save(
             target,
             mode=mode,
@@ -147,6 +149,31 @@ class Model:
             max_file_size=max_file_size or 0,
         )
         return SaveResult(path=target, **r)
+
+    def _free_location(self, target: str, location: Optional[str]) -> Optional[str]:
+        """`location`, unless the data file it names (default "<target>.data")
+        is one this model reads: saving b.onnx from a.onnx whose data is
+        b.onnx.data would replace the input's data. Then the default becomes
+        a free "<target>.N.data", and a given location is an error. Saving
+        over the model's own file replaces its data, as it should."""
+        reads = {os.path.realpath(f) for f in self.external_files()}  # the paths as opened
+        if not reads or (self.path and os.path.realpath(self.path) == os.path.realpath(target)):
+            return location
+        target_folder, base = os.path.dirname(os.path.abspath(target)), os.path.basename(target)
+
+        def clashes(name: str) -> bool:  # the file or one of its parts name.1, name.2, ...
+            path = os.path.realpath(os.path.join(target_folder, name))
+            return any(r == path or (r.startswith(path + ".") and r[len(path) + 1:].isdigit()) for r in reads)
+
+        if not clashes(location or base + ".data"):
+            return location
+        if location:
+            raise ModelError(f"cannot save to {target}: its data file {location} is one the model reads "
+                             f"({self.path or 'in memory'}); give another location")
+        n = 1
+        while clashes(f"{base}.{n}.data"):
+            n += 1
+        return f"{base}.{n}.data"
 
     def to_bytes(self) -> bytes:
         """The serialized ModelProto with all data inline (fails past 2 GB)."""

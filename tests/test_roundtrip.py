@@ -214,6 +214,26 @@ def test_saving_again_after_saving_over_its_own_file(tmp_path):
     assert onnx.ModelProto.FromString(m.to_bytes()) == original
 
 
+def test_saving_another_model_never_replaces_the_data_its_source_reads(tmp_path, monkeypatch):
+    """a.onnx whose data file is b.onnx.data, saved as b.onnx: the default
+    data file would be the source's; the save takes a free name instead, and
+    an explicit location that clashes is refused."""
+    weights = [numpy_helper.from_array(np.full((300, 300), i + 1, np.float32), f"w{i}") for i in range(2)]
+    graph = helper.make_graph([helper.make_node("Sum", ["w0", "w1"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [300, 300])], weights)
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(copy.deepcopy(original), tmp_path / "a.onnx", save_as_external_data=True, location="b.onnx.data")
+    monkeypatch.chdir(tmp_path)  # relative paths, as on the command line
+    m = pyonnxopt.load("a.onnx")
+    result = m.save("b.onnx", external_data=True, size_threshold=0)
+    assert [os.path.basename(f) for f in result.data_files] == ["b.onnx.1.data"]
+    assert load_resolved(tmp_path / "a.onnx") == original and load_resolved(tmp_path / "b.onnx") == original
+    with pytest.raises(pyonnxopt.ModelError, match="its data file b.onnx.data is one the model reads"):
+        m.save("c.onnx", external_data=True, location="b.onnx.data")
+    m.save("a.onnx", external_data=True, location="b.onnx.data")  # over its own file: its data goes with it
+    assert load_resolved(tmp_path / "a.onnx") == original
+
+
 # ---------------------------------------------------------------- onnx test cases
 
 
