@@ -56,6 +56,9 @@ def session(model_source, external_folder: Optional[str] = None):
 CHECK_SIZES = (1, 32, 224, 1024)
 
 
+MAX_INPUT_BYTES = 4 << 30  # one generated input; past it, --check-inputs
+
+
 def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
                   symbols: Optional[dict] = None, batch: int = 1) -> dict:
     """Seeded inputs: floats ~ N(0, 1), integers 0 or 1 (index-like inputs
@@ -73,6 +76,9 @@ def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
             raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate")
         shape = [d if isinstance(d, int) and d >= 0 else (symbols or {}).get(d, batch if axis == 0 else size)
                  for axis, d in enumerate(i.shape or [])]
+        if np.prod(shape, dtype=np.float64) * np.dtype(dtype).itemsize > MAX_INPUT_BYTES:
+            raise CheckUnavailable(f"input '{i.name}' of shape {shape} is too large to generate for the check "
+                                   f"(over {MAX_INPUT_BYTES >> 30} GiB); give smaller inputs with --check-inputs")
         if np.issubdtype(dtype, np.floating):
             feeds[i.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype is np.bool_:

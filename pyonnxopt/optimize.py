@@ -185,6 +185,10 @@ def optimize(
             if written:
                 os.unlink(os.fspath(output))
             unloadable = report["check"].get("unloadable")
+            if unloadable and fixed:
+                raise VerificationError(f"onnxruntime cannot load the model with the input shapes given "
+                                        f"(--input-shape/--batch): {unloadable}; nothing was written (does the "
+                                        "model take those sizes?)")
             if unloadable and report["opset_after"] != report["opset_before"]:
                 raise VerificationError(f"onnxruntime cannot run the model upgraded to opset {report['opset_after']}: "
                                         f"{unloadable}; nothing was written (try a lower --opset, or none)")
@@ -209,6 +213,10 @@ def optimize(
 
 def converter_changed(opset: int, output: str, last_resort: str = "") -> VerificationError:
     """The error for a model onnx's version converter changed before any pass ran."""
+    if output.startswith("(none: "):  # the check's words for a candidate onnxruntime cannot load or run
+        why = output[len("(none: "):-1].replace("the optimized model", "its result")
+        return VerificationError(f"onnx's version converter (--opset {opset}) writes a model onnxruntime cannot "
+                                 f"run ({why}), before any pass; nothing was written (try a lower --opset)")
     hints = ["check on inputs of real sizes with --check-inputs", "try a lower --opset"] + \
         ([last_resort] if last_resort else [])
     return VerificationError(f"onnx's version converter (--opset {opset}) already changes output {output}, before "

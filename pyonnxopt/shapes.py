@@ -89,7 +89,8 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         proto = onnx.ModelProto.FromString(model._core.serialize_weightless(WEIGHTLESS_THRESHOLD))
         _stand_in_for_onnxruntime_ops(proto.graph)
         kept = _forget_generated(proto.graph)
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
+                                                     data_prop=not _huge_input(proto.graph))
         _rename_generated(inferred.graph, kept)
         refined = symbolic_shapes.refine(inferred.graph)
         _link_generated(inferred.graph, model.graph, kept[0])
@@ -128,6 +129,17 @@ def _stand_in_for_onnxruntime_ops(graph) -> None:
             nodes.append(helper.make_node("Identity", [n.input[0]], [outs[0]]))
     del graph.node[:]
     graph.node.extend(nodes)
+
+
+# onnx's data propagation holds a computed shape's every entry as a message:
+# a Range over a sequence of 10 million positions took 6 GB.
+DATA_PROP_MAX_DIM = 1 << 20
+
+
+def _huge_input(graph) -> bool:
+    """Whether a graph input has a dim past DATA_PROP_MAX_DIM."""
+    return any(d.dim_value > DATA_PROP_MAX_DIM for v in graph.input if v.type.HasField("tensor_type")
+               for d in v.type.tensor_type.shape.dim)
 
 
 def _generated(name: str) -> int:
@@ -265,6 +277,7 @@ def _write_back(pg, g: Graph, update_outputs: bool) -> int:
 
 # ---------------------------------------------------------------- input shapes
 
+MAX_DIM = (1 << 31) - 1
 _SPEC = re.compile(r"^(?P<name>.+):(?P<dims>[^:]*)$")
 
 
@@ -278,11 +291,13 @@ def parse_input_shape(spec: str) -> tuple:
     for part in m.group("dims").split(","):
         part = part.strip()
         if re.fullmatch(r"\d+", part):
+            if not 1 <= int(part) <= MAX_DIM:
+                raise Error(f"--input-shape {spec!r}: dim {part} must be between 1 and {MAX_DIM}")
             dims.append(int(part))
         elif re.fullmatch(r"[A-Za-z_][\w.]*", part):
             dims.append(part)
         else:
-            raise Error(f"--input-shape {spec!r}: dim {part!r} is neither a non-negative integer nor a symbol name")
+            raise Error(f"--input-shape {spec!r}: dim {part!r} is neither a positive integer nor a symbol name")
     return m.group("name"), dims
 
 
@@ -298,8 +313,8 @@ def fix_input_shapes(model: Model, shapes: Mapping[str, Sequence] = (), batch: O
     import onnx
 
     shapes = dict(shapes or {})
-    if batch is not None and batch < 1:
-        raise Error(f"--batch {batch}: must be at least 1")
+    if batch is not None and not 1 <= batch <= MAX_DIM:
+        raise Error(f"--batch {batch}: must be between 1 and {MAX_DIM}")
     inputs = {v.name: v for v in model.graph.inputs if v.initializer is None}
     for name in shapes:
         if name not in inputs:
@@ -331,7 +346,7 @@ def fix_input_shapes(model: Model, shapes: Mapping[str, Sequence] = (), batch: O
             if new == [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims]:
                 continue
         for i, d in enumerate(new):
-            if isinstance(d, int) and i < len(dims) and dims[i].HasField("dim_value") and dims[i].dim_value != d:
+            if i < len(dims) and dims[i].HasField("dim_value") and dims[i].dim_value != d:
                 raise Error(f"--input-shape: input {name!r} dim {i} is {dims[i].dim_value} in the model, not {d}")
         tp.tensor_type.shape.Clear()
         for d in new:

@@ -100,7 +100,11 @@ def test_python_dash_m(cnn_path):
     (["--fold-size-limit", "lots"], "--fold-size-limit 'lots': expected a size"),
     (["--skip", "no_such_pass"], "unknown pass 'no_such_pass'"),
     (["--skip", "fuse_gelu,no_such_pass"], "unknown pass 'no_such_pass'"),
-    (["--batch", "0"], "--batch 0: must be at least 1"),
+    (["--batch", "0"], "--batch 0: must be between 1 and 2147483647"),
+    (["--batch", "99999999999"], "--batch 99999999999: must be between 1 and 2147483647"),
+    (["--input-shape", "image:0,3,32,32"], "dim 0 must be between 1 and 2147483647"),
+    (["--input-shape", "image:1,3,32,32", "--input-shape", "image:2,3,32,32"], "input 'image' is given twice"),
+    (["--input-shape", "image:1,3,h,32"], "input 'image' dim 2 is 32 in the model, not h"),
     (["--check-inputs", "missing.npz"], "--check-inputs missing.npz: cannot read it"),
 ])
 def test_optimize_flag_errors_are_one_line_exit_2(cnn_path, tmp_path, flags, needle, capsys):

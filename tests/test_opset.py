@@ -208,3 +208,25 @@ def test_a_weight_reference_the_source_does_not_have_is_a_model_error():
     entry.value = "0"
     with pytest.raises(ModelError, match="its type or shape differs from the source model's tensor 0"):
         _core.load_bytes(proto.SerializeToString(), weights_from=source._core)
+
+
+def test_a_conversion_onnxruntime_cannot_run_says_so(tmp_path):
+    # onnx's converter takes Scan-8 (a batch axis first) to 9 keeping the
+    # batch in its inputs: its result is what fails, not a pass (the onnx
+    # backend case test_scan_sum).
+    from onnx import TensorProto, helper
+
+    body = helper.make_graph(
+        [helper.make_node("Add", ["sum_in", "next"], ["sum_out"]), helper.make_node("Identity", ["sum_out"], ["scan_out"])],
+        "body", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("sum_in", "next")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("sum_out", "scan_out")])
+    scan = helper.make_node("Scan", ["", "initial", "x"], ["y", "z"], num_scan_inputs=1, body=body)
+    graph = helper.make_graph([scan], "g", [helper.make_tensor_value_info("initial", TensorProto.FLOAT, [1, 2]),
+                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2]),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, 2])])
+    path = tmp_path / "scan8.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)]), path)
+    with pytest.raises(Error, match=r"version converter \(--opset 23\) writes a model onnxruntime cannot run "
+                                    r"\(onnxruntime cannot run its result on seed 0: .*Invalid rank"):
+        pyonnxopt.optimize(str(path), str(tmp_path / "o.onnx"), opset=23)

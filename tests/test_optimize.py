@@ -277,3 +277,25 @@ def test_check_inputs_may_give_what_the_check_cannot_generate():
     assert report["check"]["first_mismatch"] is None and report["check"]["outputs"] == 1
     _, unchecked = optimize(proto)
     assert "cannot generate" in unchecked["check"]["skipped"]
+
+
+def test_inputs_too_large_to_generate_leave_the_model_unchecked(cnn_path, tmp_path):
+    _, report = optimize(str(cnn_path), str(tmp_path / "o.onnx"), input_shapes={"image": [2_000_000_000, 3, 32, 32]})
+    assert "input 'image' of shape [2000000000, 3, 32, 32] is too large to generate" in report["check"]["skipped"]
+
+
+def test_input_shapes_the_model_does_not_take_are_named_as_the_cause(tmp_path):
+    from onnx import parser
+
+    from pyonnxopt.errors import VerificationError
+
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+        g (float[N,S,4] x) => (float[N,S,4] y) <float[1,8,4] table = {""" + ", ".join(["0.5"] * 32) + """}> {
+            a = Identity(x)
+            y = Add(a, table)
+        }""")
+    path = tmp_path / "positions.onnx"
+    onnx.save(model, path)
+    with pytest.raises(VerificationError, match=r"cannot load the model with the input shapes given \(--input-shape"):
+        optimize(str(path), str(tmp_path / "o.onnx"), input_shapes={"x": [1, 10, 4]})
+    assert not (tmp_path / "o.onnx").exists()

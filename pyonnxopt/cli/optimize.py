@@ -104,7 +104,11 @@ def run(args) -> int:
         raise Error(f"{args.input}: no such file")
     if args.verify_each_pass and args.no_check:
         raise Error("--verify-each-pass checks the result; it cannot go with --no-check")
-    input_shapes = dict(parse_input_shape(spec) for spec in args.input_shape)
+    input_shapes: dict = {}
+    for spec in args.input_shape:
+        name, dims = parse_input_shape(spec)
+        if input_shapes.setdefault(name, dims) != dims:
+            raise Error(f"--input-shape: input {name!r} is given twice, as {input_shapes[name]} and as {dims}")
     options = dict(passes=names, skip=skip, check_outputs=not args.no_check, force=args.force, seed=args.seed,
                    exclude_nodes=args.exclude_node, prune_outputs=args.prune_outputs,
                    fold_size_limit=parse_size(args.fold_size_limit, "--fold-size-limit"), allow_lossy=args.allow_lossy,
