@@ -132,7 +132,7 @@ class Reference:
     The second is dropped where the original cannot run on it."""
 
     def __init__(self, original, *, seed: int = 0, inputs: Optional[dict] = None, shaped_by=None,
-                 required: Optional[list] = None, rtol: float = 1e-4, atol: float = 1e-5):
+                 required: Optional[list] = None, rtol: float = 1e-4, atol: float = 1e-5, narrow_eps: float = 0.0):
         if isinstance(original, (str, bytes, os.PathLike)):
             try:
                 original = session(original)
@@ -147,7 +147,7 @@ class Reference:
         for name in inputs or {}:
             if name not in names:
                 raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(names)})")
-        self.required, self.rtol, self.atol = list(required or []), rtol, atol
+        self.required, self.rtol, self.atol, self.narrow_eps = list(required or []), rtol, atol, narrow_eps
         self.seed = None if inputs else seed
         self._steady = False  # whether the original was seen to give the same outputs twice
         given = set(inputs or {})
@@ -256,7 +256,7 @@ class Reference:
         except Exception as e:
             return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model on {sample.where}: "
                                                 f"{first_line(e)})")
-        result = _compare_outputs(names, want, got, self.rtol, self.atol, sample.where)
+        result = _compare_outputs(names, want, got, self.rtol, self.atol, sample.where, self.narrow_eps)
         if result.first_mismatch and not self._steady:
             again = self._run_original(sample, names)
             if _compare_outputs(names, want, again, self.rtol, self.atol, "").first_mismatch:
@@ -268,7 +268,7 @@ class Reference:
 
 def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5,
             inputs: Optional[dict] = None, shapes_from_optimized: bool = False,
-            required_outputs: Optional[list] = None) -> CheckResult:
+            required_outputs: Optional[list] = None, narrow_eps: float = 0.0) -> CheckResult:
     """Runs both (paths or serialized bytes) on the same inputs and compares
     every output of the optimized model with the original's output of the
     same name. Inputs are seeded random ones, shaped as the original declares
@@ -293,8 +293,21 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
         except Exception as e:
             return CheckResult.not_loaded(e)
     reference = Reference(a, seed=seed, inputs=inputs, shaped_by=b if shapes_from_optimized else None,
-                          required=required_outputs, rtol=rtol, atol=atol)
+                          required=required_outputs, rtol=rtol, atol=atol, narrow_eps=narrow_eps)
     return reference.compare(b)
+
+
+_NARROW_EPS = {10: 2.0**-10, 16: 2.0**-7}  # float16, bfloat16
+
+
+def narrow_eps(model) -> float:
+    """The rounding step of the narrowest float type a model (a Model)
+    computes in, where that is float16 or bfloat16 (weights of that type, or
+    a Cast to it), else 0: a float32 output computed in float16 on the way
+    (a converter's keep-io-types model) rounds as float16 does."""
+    eps = [_NARROW_EPS.get(t.data_type, 0.0) for t in model.tensors()]
+    eps += [_NARROW_EPS.get(n.attributes.get("to"), 0.0) for n in model.nodes(recursive=True) if n.op_type == "Cast"]
+    return max(eps, default=0.0)
 
 
 def _named_dim_tries(sess, given: set) -> list:
@@ -312,7 +325,7 @@ def _grows(sess, given: set) -> bool:
                for d in (i.shape or [])[1:])
 
 
-def _compare_outputs(names, want, got, rtol, atol, where) -> CheckResult:
+def _compare_outputs(names, want, got, rtol, atol, where, narrow_eps: float = 0.0) -> CheckResult:
     worst = 0.0
     for name, x, y in zip(names, want, got):
         x, y = np.asarray(x), np.asarray(y)
@@ -325,7 +338,7 @@ def _compare_outputs(names, want, got, rtol, atol, where) -> CheckResult:
                 diff = float(np.max(np.abs(x - y), initial=0.0, where=finite))
                 scale = float(np.max(np.abs(x), initial=0.0, where=finite))
             worst = max(worst, diff)
-            rtol_x, atol_x = _float_tolerance(x.dtype, rtol, atol, scale)
+            rtol_x, atol_x = _float_tolerance(x.dtype, rtol, atol, scale, narrow_eps)
             if not np.allclose(x, y, rtol=rtol_x, atol=atol_x, equal_nan=True):
                 return CheckResult(len(names), worst, f"{name}: max abs diff {diff:.3g} ({where})")
         elif not np.array_equal(x, y):
@@ -333,14 +346,17 @@ def _compare_outputs(names, want, got, rtol, atol, where) -> CheckResult:
     return CheckResult(len(names), worst)
 
 
-def _float_tolerance(dtype, rtol: float, atol: float, scale: float) -> tuple:
+def _float_tolerance(dtype, rtol: float, atol: float, scale: float, narrow_eps: float = 0.0) -> tuple:
     """(rtol, atol) for an output of `dtype` whose largest value is `scale`.
     A rewrite may round differently (a folded constant, a fused kernel), and
     in float16 (eps 9.8e-4) or bfloat16 (7.8e-3) one rounding step is larger
     than float32's rtol: these compare within 8 steps relative and one step
-    of the largest value absolute. float32 and float64 keep rtol, atol."""
+    of the largest value absolute. float32 and float64 keep rtol, atol,
+    unless the model computes in a narrower type on the way (`narrow_eps`,
+    see narrow_eps()): then that type's steps count."""
     if np.dtype(dtype).name == "bfloat16":  # ml_dtypes' type, which np.finfo does not describe
         eps = 2.0**-7
     else:
         eps = float(np.finfo(dtype).eps)
+    eps = max(eps, narrow_eps)
     return max(rtol, 8 * eps), max(atol, max(1e-6, eps) * scale)

@@ -179,7 +179,8 @@ def optimize(
                 raise
             model.save(os.fspath(output))
             optimized_ref, written = os.fspath(output), True
-        report["check"] = _check(original_ref, optimized_ref, seed, check_inputs, bool(fixed), kept_outputs)
+        narrow = check.narrow_eps(original)
+        report["check"] = _check(original_ref, optimized_ref, seed, check_inputs, bool(fixed), kept_outputs, narrow)
         mismatch = report["check"].get("first_mismatch")
         if mismatch and not force:
             if written:
@@ -201,7 +202,7 @@ def optimize(
                 except ModelError:  # past 2 GB inline: the passes' mismatch is all we can say
                     converted_ref = None
                 changed = converted_ref and _check(original_ref, converted_ref, seed, check_inputs, bool(fixed),
-                                                   kept_outputs).get("first_mismatch")
+                                                   kept_outputs, narrow).get("first_mismatch")
                 if changed:
                     raise converter_changed(report["opset_after"], changed, "--force")
             raise VerificationError(f"the optimized model differs from the original at output {mismatch}; "
@@ -223,12 +224,13 @@ def converter_changed(opset: int, output: str, last_resort: str = "") -> Verific
                              f"any pass; nothing was written ({', '.join(hints[:-1])}, or {hints[-1]})")
 
 
-def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed: bool, outputs: list) -> dict:
+def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed: bool, outputs: list,
+           narrow_eps: float) -> dict:
     """Compares in onnxruntime. With fixed input shapes the original runs on
     inputs of the fixed shapes (which it accepts: its dims were dynamic)."""
     try:
         result = check.compare(original_ref, optimized_ref, seed=seed, inputs=inputs, shapes_from_optimized=fixed,
-                               required_outputs=outputs)
+                               required_outputs=outputs, narrow_eps=narrow_eps)
     except check.CheckUnavailable as e:
         log.warning("not checked: %s", e)
         return {"skipped": str(e)}

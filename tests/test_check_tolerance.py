@@ -51,3 +51,40 @@ def test_a_float16_transformer_block_is_written():
     inputs = {proto.graph.input[0].name: np.random.default_rng(0).standard_normal((2, 5, 32)).astype(np.float16)}
     model, report = pyonnxopt.optimize(proto, check_inputs=inputs)
     assert report["check"]["first_mismatch"] is None and len(model.graph.nodes) < len(proto.graph.node)
+
+
+def test_float32_computed_in_float16_on_the_way_counts_float16_steps():
+    x = np.linspace(-4, 4, 101).astype(np.float32)
+    step = float(2.0**-10)
+    assert _compare_outputs(["y"], [x], [x * np.float32(1 + 2 * step)], 1e-4, 1e-5, "", step).first_mismatch is None
+    assert _compare_outputs(["y"], [x], [x * np.float32(1.02)], 1e-4, 1e-5, "", step).first_mismatch is not None
+
+
+def test_narrow_eps_reads_casts_and_weights():
+    from onnx import parser
+
+    from pyonnxopt.check import narrow_eps
+
+    def model(body, consts=""):
+        return pyonnxopt.load(parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + f"""
+            g (float[4] x) => (float[4] y) {consts} {{ {body} }}"""))
+
+    assert narrow_eps(model("y = Relu(x)")) == 0.0
+    assert narrow_eps(model("h = Cast <to = 10> (x)  y = Cast <to = 1> (h)")) == 2.0**-10
+    assert narrow_eps(model("h = Cast <to = 16> (x)  y = Cast <to = 1> (h)")) == 2.0**-7
+    assert narrow_eps(model("h = Cast <to = 10> (x)  a = Add(h, w)  y = Cast <to = 1> (a)",
+                            "<float16[4] w = {1, 2, 3, 4}>")) == 2.0**-10
+
+
+def test_allow_lossy_is_checked_at_the_precision_it_allows():
+    # A float32 -> float16 -> float32 round trip removed (--allow-lossy) moves
+    # the output by up to a float16 step: within what the check allows.
+    from onnx import parser
+
+    proto = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+        g (float[64] x) => (float[64] y) {
+            a = Mul(x, x)  h = Cast <to = 10> (a)  b = Cast <to = 1> (h)  y = Add(b, x)
+        }""")
+    model, report = pyonnxopt.optimize(proto, allow_lossy=True)
+    assert "Cast" not in [n.op_type for n in model.graph.nodes]
+    assert report["check"]["first_mismatch"] is None and report["check"]["max_abs_diff"] > 0

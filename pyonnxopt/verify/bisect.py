@@ -123,7 +123,8 @@ class PassChecker:
             # Inputs fixed during optimization: the original runs on the fixed shapes.
             shaped_by = check.session(good) if start.fixed else None
             reference = check.Reference(start.original_ref, seed=seed, inputs=inputs, shaped_by=shaped_by,
-                                        required=start.kept_outputs, rtol=rtol, atol=atol)
+                                        required=start.kept_outputs, rtol=rtol, atol=atol,
+                                        narrow_eps=check.narrow_eps(start.original))
             upgraded = default_opset(start.model) != default_opset(start.original)
             converted = reference.compare(good).first_mismatch if upgraded else None
             if converted:  # else the first pass that changes the model would take the blame
