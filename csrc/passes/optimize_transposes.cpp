@@ -140,6 +140,19 @@ class Applier {
           constants_replaced.insert(old->graph);
           g_.set_input(n, static_cast<int>(i), constant(in.tensor, old->name + "_transposed", n));
           break;
+        case PushedInput::kUnitMoved: {  // made in N's layout by a Transpose that reshape_unit_moves then turns
+          Node* t = g_.new_node();
+          t->op_type.set("Transpose");
+          t->name.set(names_.make(old->name + "_transpose"));
+          set_perm(*t, inverse(m.perm));
+          t->inputs.push_back(old);
+          t->outputs.push_back(g_.create_value(names_.make(old->name + "_untransposed")));
+          g_.add_node(t, n);
+          ++stats_.nodes_added;
+          record_.produced.push_back(node_id(*t));
+          g_.set_input(n, static_cast<int>(i), t->outputs[0]);
+          break;
+        }
         case PushedInput::kReplaced: {
           const std::string base = old ? old->name : (n->name.value.empty() ? "axes" : n->name.value + "_axes");
           g_.set_input(n, static_cast<int>(i), constant(in.tensor, base + "_permuted", n));

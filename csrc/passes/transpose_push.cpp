@@ -145,6 +145,29 @@ bool read_elsewhere(const Value* v, const Node& n) {
   return false;
 }
 
+}  // namespace
+
+bool keeps_data_order(const std::vector<int64_t>& dims, const Perm& perm) {
+  if (dims.size() != perm.size()) return false;
+  int64_t last = -1;  // the input axis of the last dim other than 1, in output order
+  bool moved_unknown = false;
+  for (size_t i = 0; i < perm.size(); ++i) {
+    const int64_t axis = perm[i], d = dims[static_cast<size_t>(axis)];
+    if (d == 0) return false;
+    if (d != 1) {
+      if (axis < last) return false;
+      last = axis;
+    }
+    if (d == kUnknownDim && axis != static_cast<int64_t>(i)) {
+      if (moved_unknown) return false;
+      moved_unknown = true;
+    }
+  }
+  return true;
+}
+
+namespace {
+
 // An input beside the transposed ones: a tensor of 1s shape, or a constant
 // to transpose. `same_rank`: it must have the full rank (Concat), else it
 // broadcasts (numpy: leading 1s).
@@ -160,6 +183,10 @@ const char* operand(const PushQuery& q, size_t slot, bool same_rank, Push& out) 
                            std::to_string(r));
   if (std::all_of(shape->begin(), shape->end(), [](int64_t d) { return d == 1; })) return nullptr;  // same in any layout
   const Tensor* c = constant_of(v);
+  if (!c && rank == r && keeps_data_order(*shape, inverse(q.perm))) {
+    in.kind = PushedInput::kUnitMoved;
+    return nullptr;
+  }
   if (!c) return refuse(out, "operand " + quoted(v) + " is neither transposed the same way nor a constant");
   uint64_t count = 1;
   for (int64_t d : c->dims) count *= static_cast<uint64_t>(std::max<int64_t>(d, 0));

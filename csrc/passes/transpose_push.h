@@ -10,7 +10,10 @@
 //   - broadcasting ops (Add, Mul, Where, PRelu, Sum, Equal, ...): each other
 //     operand is transposed by q too (read what it transposes), a tensor of
 //     1s shape (the same in every layout), or a constant, first given
-//     numpy's leading 1s up to the rank, then transposed by q's inverse;
+//     numpy's leading 1s up to the rank, then transposed by q's inverse; or
+//     a computed value of the full rank that q's inverse would move only
+//     along axes of size 1 (a Transpose that keeps the data in order, which
+//     optimize_transposes then makes a Reshape);
 //   - Concat, Split, Softmax (opset >= 13), ArgMax/ArgMin: axis a -> q[a];
 //     Concat's other inputs as above, constants at the full rank;
 //   - Reduce*: axes a -> q[a]; with keepdims=0 the kept axes come out in
@@ -64,6 +67,8 @@ struct PushedInput {
     kPermuted,            // a value transposed by q: read what it transposes
     kTransposedConstant,  // a constant: its transposed copy (full rank, perm inverse(q))
     kReplaced,            // a new constant `tensor` (past the inputs: an added input)
+    kUnitMoved,           // a computed operand of full rank: Transpose(it, inverse(q)), which moves only
+                          // axes of size 1 (LLaMA's cos [1, 1, S, D]), so becomes a Reshape
   } kind = kKeep;
   std::shared_ptr<const ir::Tensor> tensor;
 };
@@ -92,6 +97,11 @@ extern const char* const kNoRule;
 // nullptr when `query.node` can compute on v, with `out` saying how; else
 // why not (kNoRule for ops this knows nothing of).
 const char* plan_push(const PushQuery& query, Push& out);
+
+// Whether Transpose<perm>(x), x of `dims` (kUnknownDim for unknown ones),
+// keeps the data in order: only axes of size 1 move past others, and at
+// most one unknown dim moves (a Reshape's one -1 then holds it).
+bool keeps_data_order(const std::vector<int64_t>& dims, const Perm& perm);
 
 // The constant `t` given leading 1s up to `rank` and transposed by `perm`;
 // nullptr when its data cannot be read.

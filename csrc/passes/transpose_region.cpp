@@ -98,6 +98,17 @@ bool Planner::unit_moves_only(const Perm& perm, const Value* v) const {
   return true;
 }
 
+// `n` reads `perm`-transposed data as input `index` of an opset-23
+// Attention on 4-d heads, [0, 2, 1, 3] being the head split's: the
+// Transpose there costs nothing, since fuse_attention_heads then gives the
+// op the 3-d tensor and lets it split the heads. So a Transpose moves below
+// LLaMA's rotary embedding, which sits between the split and the Attention.
+bool Planner::split_for_attention(const Node& n, int index, const Perm& perm) const {
+  static const Perm kSplit{0, 2, 1, 3};
+  return n.op_type.value == "Attention" && is_standard_domain(n.domain.value) && index <= 2 && perm == kSplit &&
+         !n.attribute("q_num_heads") && n.graph == &graph_ && default_opset(model_, graph_) >= 23;
+}
+
 Roles Planner::roles(const Region& region) {
   Roles r;
   std::unordered_map<const Node*, const Moved*> moved;
@@ -117,6 +128,7 @@ Roles Planner::roles(const Region& region) {
     const bool made_here = std::find(r.sources.begin(), r.sources.end(), v->producer) == r.sources.end();
     const Value* existing = made_here ? nullptr : v->producer->inputs[0];
     bool outside = v->is_graph_output();
+    bool for_attention = false;  // read by an Attention that takes the Transpose along (split_for_attention)
     for (const Use& u : v->uses) {
       Node* n = u.node;
       if (auto it = moved.find(n); it != moved.end()) {
@@ -129,10 +141,11 @@ Roles Planner::roles(const Region& region) {
       if (n->graph == &graph_ && is_transpose(*n) && !n->pinned && !source) p = transpose_perm(*n, static_cast<int64_t>(perm.size()));
       if (p && !is_identity(compose(perm, *p))) r.composed.emplace_back(n, v);
       else if (p && cancels(n, v, existing)) r.cancelled.emplace_back(n, v);
+      else if (split_for_attention(*n, u.index, perm)) for_attention = true;
       else outside = true;
     }
     if (outside && made_here && !unit_moves_only(perm, v)) ++r.delta;  // its Transpose is added
-    if (!outside && !made_here) --r.delta;  // its Transpose goes
+    if (!outside && !for_attention && !made_here) --r.delta;  // its Transpose goes
   }
   r.delta -= static_cast<int>(r.cancelled.size());
   return r;

@@ -62,6 +62,7 @@ class Planner {
 
  private:
   bool unit_moves_only(const Perm& perm, const ir::Value* v) const;
+  bool split_for_attention(const ir::Node& n, int index, const Perm& perm) const;
 
   const ir::Model& model_;
   const ir::Graph& graph_;

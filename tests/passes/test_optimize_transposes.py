@@ -953,3 +953,37 @@ def test_random_graphs_keep_their_numbers(seed):
     count = lambda model: ops(pyonnxopt.load(model) if isinstance(model, onnx.ModelProto) else model).count("Transpose")
     assert count(m) <= count(before)
     assert not get("optimize_transposes").run(m, PassOptions()).modified
+
+
+# ---- LLaMA's rotary embedding between a head split and an opset-23 Attention ----
+
+ROTARY = """g (float[B,S,4,8] x, float[1,S,8] cos) => ({out}) {{
+    t = Transpose <perm = [0, 2, 1, 3]> (x)
+    c = Unsqueeze(cos, one)
+    r = Mul(t, c)
+    {tail}
+}}"""
+
+
+def test_a_computed_operand_that_moves_only_size_1_axes_goes_along():
+    """cos [1, 1, S, D] beside heads [B, H, S, D]: in the untransposed
+    layout it is [1, S, 1, D], the same data (a Reshape, no Transpose)."""
+    text = ROTARY.format(out="float[B,S,4,8] y", tail="y = Transpose <perm = [0, 2, 1, 3]> (r)")
+    text = text.replace("{\n", "<int64[1] one = {1}> {\n", 1)
+    m, r = check(text, shaped=True)
+    assert "Transpose" not in ops(m) and ops(m).count("Reshape") == 1
+
+
+def test_a_transpose_into_an_opset_23_attention_costs_nothing():
+    """fuse_attention_heads takes a head split's Transpose into an Attention:
+    it moves below the rotary ops for it (here one Mul), where before the
+    count would only have stayed the same."""
+    tail = """k = Transpose <perm = [0, 2, 1, 3]> (x)
+    y = Attention(r, k, k)"""
+    text = ROTARY.format(out="float[B,4,S,8] y", tail=tail).replace("{\n", "<int64[1] one = {1}> {\n", 1)
+    before = parse(text, 23)
+    m, _ = run_pass("infer_shapes", before)
+    r = get("optimize_transposes").run(m, PassOptions())
+    assert r.modified and ("Mul", ["x", "c_untransposed"], ["r_untransposed"]) in structure(m)
+    assert ("Transpose", ["r_untransposed"], ["r"]) in structure(m) and ops(m).count("Transpose") == 2
+    same_numbers(before, m)

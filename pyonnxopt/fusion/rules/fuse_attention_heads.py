@@ -9,30 +9,41 @@ around it takes the 3-d tensors and splits the heads itself.
 torch's dynamo exporter writes scaled_dot_product_attention this way at
 opset 23; fuse_attention's 4-d match (q, k, v already [B, H, S, D]) leaves
 the same. The four Transposes and four Reshapes go; the mask, the scale and
-the other attributes stay as they are (the mask broadcasts to [B, Hq, S, T]
+the other attributes stay as they are, and a NaN guard Where(IsNaN(y), 0, y)
+on the op's output goes on the 3-d output (the mask broadcasts to [B, Hq, S, T]
 in both layouts). A merge that flattens further (GPT-2's [B*S, E]) keeps
 its Reshape, on the 3-d output. Where the keys and values are
 Concat(past, new heads) along the sequence (a cache, the Concats also the
 present outputs), the past goes in as the op's past_key and past_value and
 its present outputs replace the Concats, as fuse_attention does.
 
+q and k may also come as Transpose(x, [0, 2, 1, 3]) of any 4-d x = [B, S,
+H, D] (H and D known): LLaMA's rotary embedding sits between the head
+split and the Attention, and optimize_transposes moves the split's
+Transpose below it for this rule. x then goes in as Reshape(x, [0, 0, H*D]),
+which moves no data.
+
 Refuses when:
  1. the Attention returns more than its output (present keys and values,
     the scores) or takes past keys (the matcher's near miss says which);
- 2. a Reshape does more than split the last dim into heads, q, k and v do
-    not provably share the batch, or k and v their heads and length;
+ 2. a Reshape does more than split the last dim into heads (a moved q or
+    k: its heads or head size unknown), q, k and v do not provably share
+    the batch, or k and v their heads and length;
  3. the merge's result is not [B, S, Hq*Dv] and its shape may copy a dim
     (a 0) that the 3-d form moves.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Optional, Union
 
-from pyonnxopt.fusion.pattern import Op, Var
+import numpy as np
+
+from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.rules.fuse_attention import SPLIT, _heads, _layout_past, _merge, _split
-from pyonnxopt.fusion.values import same_dim
+from pyonnxopt.fusion.values import dims, same_dim, scalar_of
 
 
 class FuseAttentionHeads(Rule):
@@ -41,29 +52,36 @@ class FuseAttentionHeads(Rule):
     min_opset = 23
 
     def pattern(self, opset: int) -> list:
-        def variant(masked: bool, past: bool) -> Op:
-            k, v = _heads("k"), _heads("v")
+        def variant(masked: bool, past: bool, q_moved: bool, k_moved: bool, guarded: bool) -> Op:
+            k, v = _moved("k") if k_moved else _heads("k"), _heads("v")
             if past:  # the present keys and values are graph outputs too: not exclusive
                 k = Op("Concat", Var("past_k"), k, name="k_present", exclusive=False)
                 v = Op("Concat", Var("past_v"), v, name="v_present", exclusive=False)
-            inputs = [_heads("q"), k, v] + ([Var("mask")] if masked else [])
+            inputs = [_moved("q") if q_moved else _heads("q"), k, v] + ([Var("mask")] if masked else [])
             y = Op("Attention", *inputs, name="attention")
+            if guarded:  # the NaN guard fuse_attention keeps after the op it made
+                y = Op("Where", Op("IsNaN", y, name="nan"), Const("nan_zero"), y, name="guarded")
             return Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Var("out_shape"),
                       name="merge_heads")
 
-        return [variant(masked, past) for past in (True, False) for masked in (True, False)]
+        # A head split's Reshape first: a moved q or k takes any 4-d value.
+        return [variant(masked, past, q_moved, k_moved, guarded)
+                for q_moved, k_moved, past, masked, guarded in itertools.product((False, True), repeat=5)
+                if not (past and k_moved)]
 
     def check(self, m: Match) -> Optional[str]:
+        if "nan_zero" in m and scalar_of(m.array("nan_zero")) != 0:
+            return f"the NaN guard's '{m['nan_zero'].name}' is not a scalar 0"
         heads = _heads_of(m)
         return heads if isinstance(heads, str) else None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         hq, hkv = _heads_of(m)
         attention = m["attention"]
-        inputs = [m["q3"], m["k3"], m["v3"]] + ([m["mask"]] if "mask" in m else [])
+        inputs = [_flat(m, edit, n) for n in ("q", "k", "v")] + ([m["mask"]] if "mask" in m else [])
         heads = {"q_num_heads": hq, "kv_num_heads": hkv}
-        exact = _merge(m, _split(m, "q"), _split(m, "v")) == "exact"
-        if "past_k" not in m and exact:
+        exact = _merge(m, _part(m, "q"), _part(m, "v")) == "exact"
+        if "past_k" not in m and exact and "guarded" not in m:
             edit.replace_root("Attention", inputs, heads, copy_attrs_from=attention)
             return None
         if "past_k" in m:  # the cache goes in, and the present keys and values come out of the op
@@ -76,11 +94,15 @@ class FuseAttentionHeads(Rule):
         if "past_k" in m:
             edit.replace_value(m["k_present"].outputs[0], made_outputs[1])
             edit.replace_value(m["v_present"].outputs[0], made_outputs[2])
+        y = made_outputs[0]
+        if "guarded" in m:  # elementwise: the same on the 3-d output; a 0-d zero, as it may be [1, 1, 1, 1]
+            (nan,) = edit.node("IsNaN", [y], hint=f"{y.name}_isnan")
+            (y,) = edit.node("Where", [nan, edit.constant(np.zeros((), m.array("nan_zero").dtype), "nan_zero"), y],
+                             hint=f"{y.name}_guarded")
         if exact:
-            edit.replace_value(m.root.outputs[0], made_outputs[0])
+            edit.replace_value(m.root.outputs[0], y)
         else:
-            edit.replace_root("Reshape", [made_outputs[0], m["out_shape"]],
-                              {"allowzero": m.root.attributes.get("allowzero", 0)})
+            edit.replace_root("Reshape", [y, m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)})
         return None
 
 
@@ -89,7 +111,7 @@ def _heads_of(m: Match) -> Union[tuple, str]:
     if "past_k" in m:
         bhst = _layout_past(m)  # as fuse_attention reads a cache: equal heads, past [B, H, P, D]
         return bhst if isinstance(bhst, str) else (bhst[1], bhst[1])
-    parts = [_split(m, n) for n in ("q", "k", "v")]
+    parts = [_part(m, n) for n in ("q", "k", "v")]
     for p in parts:
         if isinstance(p, str):
             return p
@@ -102,3 +124,28 @@ def _heads_of(m: Match) -> Union[tuple, str]:
         return ("the head merge's result is not [B, S, H*Dv] and its shape may have a 0 (copy a dim) past its "
                 "second entry")
     return q[2], k[2]
+
+
+def _moved(name: str) -> Op:
+    """Transpose(x, [0, 2, 1, 3]) of a 4-d x other than the head split's Reshape."""
+    return Op("Transpose", Var(f"{name}4"), name=f"{name}_heads", attrs={"perm": SPLIT})
+
+
+def _part(m: Match, name: str) -> Union[tuple, str]:
+    """(B, S, H, D) of q, k or v: its head split's, or a moved one's x."""
+    if f"{name}4" not in m:
+        return _split(m, name)
+    x = dims(m[f"{name}4"])
+    if x is None or len(x) != 4 or not isinstance(x[2], int) or not isinstance(x[3], int):
+        return f"the {name} heads {x} moved before the Attention are not [B, S, H, D] with H and D known"
+    return tuple(x)
+
+
+def _flat(m: Match, edit: Edit, name: str):
+    """The 3-d tensor the Attention takes for q, k or v."""
+    if f"{name}4" not in m:
+        return m[f"{name}3"]
+    _, _, h, d = _part(m, name)
+    shape = edit.constant(np.array([0, 0, h * d], np.int64), f"{name}_3d_shape")
+    (flat,) = edit.node("Reshape", [m[f"{name}4"], shape], hint=f"{m[f'{name}4'].name}_3d")
+    return flat
