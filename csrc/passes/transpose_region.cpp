@@ -103,10 +103,21 @@ bool Planner::unit_moves_only(const Perm& perm, const Value* v) const {
 // Transpose there costs nothing, since fuse_attention_heads then gives the
 // op the 3-d tensor and lets it split the heads. So a Transpose moves below
 // LLaMA's rotary embedding, which sits between the split and the Attention.
+// Not where that rule cannot take q, k and v: past inputs, or heads made by
+// a Concat (a cache after the rotary), a Reshape or an Expand (keys and
+// values repeated for grouped heads) or fed in; the move would gain nothing.
 bool Planner::split_for_attention(const Node& n, int index, const Perm& perm) const {
   static const Perm kSplit{0, 2, 1, 3};
-  return n.op_type.value == "Attention" && is_standard_domain(n.domain.value) && index <= 2 && perm == kSplit &&
-         !n.attribute("q_num_heads") && n.graph == &graph_ && default_opset(model_, graph_) >= 23;
+  if (n.op_type.value != "Attention" || !is_standard_domain(n.domain.value) || index > 2 || perm != kSplit ||
+      n.attribute("q_num_heads") || n.graph != &graph_ || default_opset(model_, graph_) < 23 || n.inputs.size() > 4)
+    return false;
+  for (int i = 0; i < 3; ++i) {
+    const Node* p = i < static_cast<int>(n.inputs.size()) && n.inputs[i] ? n.inputs[i]->producer : nullptr;
+    if (!p) return false;
+    const std::string& op = p->op_type.value;
+    if (op == "Concat" || op == "Reshape" || op == "Expand" || op == "Tile") return false;
+  }
+  return true;
 }
 
 Roles Planner::roles(const Region& region) {

@@ -987,3 +987,17 @@ def test_a_transpose_into_an_opset_23_attention_costs_nothing():
     assert r.modified and ("Mul", ["x", "c_untransposed"], ["r_untransposed"]) in structure(m)
     assert ("Transpose", ["r_untransposed"], ["r"]) in structure(m) and ops(m).count("Transpose") == 2
     same_numbers(before, m)
+
+
+def test_not_into_an_attention_whose_keys_that_rule_cannot_take():
+    """Keys concatenated with a cache after the rotary (or repeated by a
+    Reshape): fuse_attention_heads would not take the heads, so the move
+    would only add the cos Reshape."""
+    tail = """k = Transpose <perm = [0, 2, 1, 3]> (x)
+    kc = Concat <axis = 2> (past, k)
+    y = Attention(r, kc, kc)"""
+    text = ROTARY.format(out="float[B,4,S,8] y", tail=tail).replace("{\n", "<int64[1] one = {1}> {\n", 1)
+    text = text.replace("float[1,S,8] cos)", "float[1,S,8] cos, float[B,4,P,8] past)")
+    m, _ = run_pass("infer_shapes", parse(text, 23))
+    r = get("optimize_transposes").run(m, PassOptions())
+    assert not r.modified
