@@ -92,6 +92,14 @@ def test_a_cache_concatenated_before_the_attention_becomes_its_past():
     assert_same_outputs(original, m, **TOL)
 
 
+def test_a_cache_beside_a_query_not_split_by_a_reshape_refuses():
+    # Reading a cache wants q's split too (it crashed on a KeyError once).
+    text = CACHE.replace("qr = Reshape(q3, sh)  q = Transpose", "qr = Reshape(q3, sh)  qx = Relu(qr)  q = Transpose")
+    text = text.replace("<perm = [0, 2, 1, 3]> (qr)", "<perm = [0, 2, 1, 3]> (qx)")
+    m, r, _ = run(text)
+    assert not r.modified
+
+
 def test_moved_heads_go_in_reshaped_to_3d():
     """LLaMA's rotary embedding between the split and the Attention: the
     split's Transpose, moved below it, goes; q and k go in as Reshape(x,

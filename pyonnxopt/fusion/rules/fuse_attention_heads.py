@@ -67,7 +67,7 @@ class FuseAttentionHeads(Rule):
         # A head split's Reshape first: a moved q or k takes any 4-d value.
         return [variant(masked, past, q_moved, k_moved, guarded)
                 for q_moved, k_moved, past, masked, guarded in itertools.product((False, True), repeat=5)
-                if not (past and k_moved)]
+                if not (past and (q_moved or k_moved))]  # a cache: fuse_attention's reading of it wants all split
 
     def check(self, m: Match) -> Optional[str]:
         if "nan_zero" in m and scalar_of(m.array("nan_zero")) != 0:
