@@ -4,13 +4,16 @@ that nothing reads any more."""
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
+from pyonnxopt.errors import first_line
 from pyonnxopt.fusion.pattern import compile_pattern
 from pyonnxopt.fusion.rule import Edit, Match, Rule, node_id, opset_of
 from pyonnxopt.model import Model
 from pyonnxopt.passes.base import PassOptions, PassResult
 
+log = logging.getLogger(__name__)
 
 NEAR_MISSES_KEPT = 200  # per rule and run: enough to explain, bounded on huge graphs
 ROUNDS = 8  # per variant: a match an earlier rewrite made stale is matched again, up to this many times
@@ -90,7 +93,11 @@ def _apply(rule: Rule, model: Model, graph, names: list, bound: list, opset: int
     m = Match(model, graph, names, bound, opset, options)
     matched.add(m.root)
     why = _quantized_reason(nodes) if rule.emits_ort_op(m) else None
-    why = why or rule.check(m)
+    try:
+        why = why or rule.check(m)
+    except Exception as e:  # noqa: BLE001 - check() changes nothing: one bad match must not stop the model's others
+        why = f"the rule's check failed ({type(e).__name__}: {first_line(e)}): a bug in the rule, please report it"
+        log.warning("%s at %s: %s", rule.name, node_id(m.root), why)
     if why is None:
         ids = [node_id(n) for n in nodes]
         edit = Edit(m)

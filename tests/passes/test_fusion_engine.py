@@ -375,3 +375,20 @@ def test_quantized_guard_reads_past_an_omitted_output():
     }"""))
     r = LnToIdentity().run(m, PassOptions(target="ort"))
     assert not r.modified
+
+
+def test_a_check_that_raises_refuses_that_match_only():
+    """check() changes nothing, so a bug there costs the one rewrite, named as
+    a bug, not the whole optimization."""
+    class Buggy(DoubleRelu):
+        name = "test_buggy_check"
+
+        def check(self, m):
+            return {}["missing"]
+
+    m, r = run(Buggy(), """g (float[2,3] x) => (float[2,3] y) {
+        a = Relu(x)
+        y = Relu(a)
+    }""")
+    assert ops(m) == ["Relu", "Relu"] and not r.modified
+    assert any("the rule's check failed (KeyError: 'missing'): a bug in the rule" in x for x in r.stats["near_misses"])
