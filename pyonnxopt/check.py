@@ -97,6 +97,7 @@ class CheckResult:
     unknown_dims: int = 1  # the size generated inputs had for unknown dims past the first axis
     named_dims: Optional[dict] = None  # sizes given to named dims, where they had to differ (total = past + seq)
     samples: int = 1  # input samples compared (a second with the dynamic dims doubled)
+    doubled_skipped: Optional[str] = None  # the original's words where it could not run the doubled sample
 
     @staticmethod
     def not_loaded(e: BaseException) -> "CheckResult":
@@ -175,6 +176,7 @@ class Reference:
                     raise first_failure from e
         self._samples = [sample]
         self.unknown_dims, self.named_dims = sample.unknown_dims, sample.named_dims
+        self.doubled_skipped: Optional[str] = None  # why the second sample was left out, where the original said
         if not inputs:
             self._add_doubled(shaped_by, sample, wanted)
 
@@ -198,8 +200,9 @@ class Reference:
         sample = _Sample(feeds, f"seed {self.seed + 1}, dynamic dims doubled" + (f": {sizes}" if sizes else ""))
         try:
             self._expect(sample, wanted)
-        except CheckUnavailable:
-            return  # sizes the model does not take (a fixed position table, a strided stem)
+        except CheckUnavailable as e:  # sizes the model does not take (a fixed position table, a strided stem)
+            self.doubled_skipped = first_line(e.__cause__ or e)
+            return
         self._samples.append(sample)
 
     @property
@@ -247,6 +250,7 @@ class Reference:
                 break
         result.max_abs_diff = worst
         result.unknown_dims, result.named_dims, result.samples = self.unknown_dims, self.named_dims, len(self._samples)
+        result.doubled_skipped = self.doubled_skipped
         return result
 
     def _compare_on(self, candidate, sample: _Sample, names: list, inputs: set) -> CheckResult:

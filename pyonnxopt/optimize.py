@@ -244,4 +244,6 @@ def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed
         out["named_dims"] = result.named_dims
     if result.samples > 1:
         out["samples"] = result.samples
+    if result.doubled_skipped:
+        out["doubled_skipped"] = result.doubled_skipped
     return out

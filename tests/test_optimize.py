@@ -299,3 +299,21 @@ def test_input_shapes_the_model_does_not_take_are_named_as_the_cause(tmp_path):
     with pytest.raises(VerificationError, match=r"cannot load the model with the input shapes given \(--input-shape"):
         optimize(str(path), str(tmp_path / "o.onnx"), input_shapes={"x": [1, 10, 4]})
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_doubled_sample_the_original_cannot_take_is_said_to_be_left_out(tmp_path, capsys, monkeypatch):
+    # An 8-position table: seq 1 broadcasts against it, seq 2 cannot.
+    from onnx import parser
+
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+        g (float[N,S,4] x) => (float[N,P,4] y) <float[1,8,4] table = {""" + ", ".join(["0.5"] * 32) + """}> {
+            a = Identity(x)
+            y = Add(a, table)
+        }""")
+    path = tmp_path / "positions.onnx"
+    onnx.save(model, path)
+    _, report = optimize(str(path), str(tmp_path / "o.onnx"))
+    assert "samples" not in report["check"] and "broadcast" in report["check"]["doubled_skipped"]
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["optimize", str(path), str(tmp_path / "o.onnx")]) == 0
+    assert "not with its dynamic dims doubled: the original does not run on them" in capsys.readouterr().out

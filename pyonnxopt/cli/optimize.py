@@ -214,6 +214,8 @@ def render(report: dict) -> None:
             inputs += ", " + ", ".join(f"{esc(name)} {size}" for name, size in check["named_dims"].items())
         if check.get("samples", 1) > 1:
             inputs += "; again with its dynamic dims doubled"
+        elif "doubled_skipped" in check:
+            inputs += "; not with its dynamic dims doubled: the original does not run on them"
         out.print(f"checked in onnxruntime: {check['outputs']} outputs match (max abs diff {check['max_abs_diff']:.1e}, "
                   f"{inputs})")
     if "verified_each_pass" in report:
