@@ -92,13 +92,14 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
                                                      data_prop=not _huge_input(proto.graph))
         _rename_generated(inferred.graph, kept)
-        refined = symbolic_shapes.refine(inferred.graph)
+        aliases: dict = {}
+        refined = symbolic_shapes.refine(inferred.graph, aliases)
         _link_generated(inferred.graph, model.graph, kept[0])
     except Exception as e:  # onnx raises several kinds; none may stop the passes that need no shapes
         reason = first_line(e)
         log.warning("shape inference failed: %s", reason)
         return {"failed": reason}
-    typed = _write_back(inferred.graph, model.graph, update_outputs)
+    typed = _write_back(inferred.graph, model.graph, update_outputs, aliases)
     return {"values_typed": typed, "dims_refined": refined} if refined else {"values_typed": typed}
 
 
@@ -232,7 +233,7 @@ def _all_dims(graph):
                 yield from _all_dims(body)
 
 
-def _merged(type_proto, value) -> None:
+def _merged(type_proto, value, aliases: Mapping) -> None:
     """Where the inferred type says less of a dim than the value does, or
     the same but by another name, the value's dim goes back into it; a
     generated name is the exception (`_link_generated` chose it)."""
@@ -246,13 +247,15 @@ def _merged(type_proto, value) -> None:
         new = d.dim_value if d.HasField("dim_value") else d.dim_param
         if old is None or old == "" or _dim_score(old) < _dim_score(new) or _dim_score(old) == _dim_score(new) == 1:
             continue
+        if old in aliases:  # an output's name for a dim symbolic_shapes knows better (its rule 8)
+            continue
         if isinstance(old, int):
             d.dim_value = old
         else:
             d.dim_param = old
 
 
-def _write_back(pg, g: Graph, update_outputs: bool) -> int:
+def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping) -> int:
     typed = 0
     entries = list(pg.value_info) + (list(pg.output) if update_outputs else [])
     for vi in entries:
@@ -261,8 +264,9 @@ def _write_back(pg, g: Graph, update_outputs: bool) -> int:
             continue
         if v.is_graph_output and not update_outputs:
             continue
-        _merged(vi.type, v)
-        if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _relinked(vi.type, v):
+        _merged(vi.type, v, aliases)
+        if (_known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _relinked(vi.type, v)
+                or any(d in aliases for d in (v.type.get("shape") or []) if isinstance(d, str))):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1
     # Subgraphs: nodes correspond one to one, in order; subgraph attributes too.
@@ -271,7 +275,7 @@ def _write_back(pg, g: Graph, update_outputs: bool) -> int:
             break
         bodies = [a.g for a in pn.attribute if a.HasField("g")] + [s for a in pn.attribute for s in a.graphs]
         for pbody, body in zip(bodies, n.subgraphs):
-            typed += _write_back(pbody, body, False)
+            typed += _write_back(pbody, body, False, {})
     return typed
 
 

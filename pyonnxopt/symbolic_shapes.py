@@ -61,6 +61,12 @@ accepts. The rules for that:
    dims with that name are the same arithmetic on the same dim, so equal: the
    shortcut of a dynamic-size ResNet block provably has its main path's
    shape. auto_pad SAME gives `ceil(H/stride)`.
+8. A graph output's own name for a dim (torch names the dims of an output
+   given no dynamic axes `LayerNormalizationout1_dim_0`) that the walk
+   computes as another symbol, the same one wherever that name is, and
+   that no graph input has, is that symbol: a full seq2seq export returns
+   its encoder's states, and the decoder's cross-attention then reads its
+   batch as `batch` again, not as the output's name.
 
 Refused (left unknown): ops not listed, other domains, values whose rank
 onnx does not know, subgraphs and function bodies."""
@@ -273,15 +279,19 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
 
 
 class _Walk:
-    def __init__(self, graph, names: Optional[dict] = None):
+    def __init__(self, graph, names: Optional[dict] = None, aliases: Optional[dict] = None):
         self.names = dict(names or {})  # Linear -> the symbol a value onnx knows gives it (rule 6)
+        self.aliases = dict(aliases or {})  # a graph output's name for a dim -> the symbol it is (rule 8)
         self.dims = {}     # name -> list of dims (int | symbol | generated unk__ str | None)
         self.values = {}   # name -> (entries, scalar)
         self.input_names = {v.name for v in graph.input}
+        self.output_names = {v.name for v in graph.output}
+        self.input_symbols = {d for v in graph.input for d in (_dims_of(v.type) or []) if _is_symbol(d)}
+        self._computed_as: dict = {}  # an output's name for a dim -> the symbols the walk computed for it
         for v in list(graph.input) + list(graph.value_info) + list(graph.output):
             d = _dims_of(v.type)
             if d is not None and v.name not in self.dims:
-                self.dims[v.name] = d
+                self.dims[v.name] = [self.aliases.get(e, e) if isinstance(e, str) else e for e in d]
         for t in graph.initializer:
             if t.name not in self.input_names:  # a fed input keeps its declared type
                 self.dims[t.name] = [int(d) for d in t.dims]
@@ -332,11 +342,17 @@ class _Walk:
         for h, m in zip(have, mine):
             if _is_symbol(h) and isinstance(m, Linear):
                 self.names.setdefault(m, h)
+            if name in self.output_names and _is_symbol(h) and _is_symbol(m) and h != m and h not in self.input_symbols:
+                self._computed_as.setdefault(h, set()).add(m)
         # onnx's int or named symbol stays; its generated unk__ name gives way
         better = [h if _known(h) else (m if _known(m) or _internal(m) else h) for h, m in zip(have, mine)]
         if any(_known(b) and not _known(h) for b, h in zip(better, have)):
             refined[name] = better
         self.dims[name] = better
+
+    def found_aliases(self) -> dict:
+        """Rule 8: each output dim name the walk computed as one other symbol."""
+        return {h: next(iter(ms)) for h, ms in self._computed_as.items() if len(ms) == 1}
 
     def _split_dims(self, n) -> list:
         """Split's outputs: the input's dims, the axis as the split sizes
@@ -707,16 +723,27 @@ def _attention_dims(q: list, v: list, attrs) -> Optional[list]:
     return [q[0], q[1], v[2] // heads_kv * heads_q]
 
 
-def refine(graph) -> int:
+def refine(graph, aliases: Optional[dict] = None) -> int:
     """Writes better dims into the inferred copy's value_info (main graph,
-    values that are not graph inputs or outputs); returns how many."""
-    if not any(not _known(d) for v in graph.value_info for d in (_dims_of(v.type) or [])):
-        return 0  # onnx left nothing unknown: the walk could only confirm it
+    values that are not graph inputs or outputs); returns how many. The
+    output dim names rule 8 found are put in `aliases` (name -> symbol),
+    and no value_info entry keeps one."""
+    inputs = {d for v in graph.input for d in (_dims_of(v.type) or [])}
+    own = {d for v in graph.output for d in (_dims_of(v.type) or []) if _is_symbol(d) and d not in inputs}
+    if not own and not any(not _known(d) for v in graph.value_info for d in (_dims_of(v.type) or [])):
+        return 0  # onnx left nothing unknown, no output has a name of its own: the walk could only confirm it
     walk = _Walk(graph)
     refined = walk.run(graph)
-    if walk.names:  # a sum named late: again, naming it from the start
-        walk = _Walk(graph, walk.names)
+    found = walk.found_aliases()
+    if walk.names or found:  # a sum named late, an output's name for a dim: again, naming them from the start
+        walk = _Walk(graph, walk.names, found)
         refined = walk.run(graph)
+    if aliases is not None:
+        aliases.update(found)
+    for v in graph.value_info:  # rule 8's names, as the symbols they are
+        for d in v.type.tensor_type.shape.dim if v.type.HasField("tensor_type") else ():
+            if d.dim_param in found:
+                d.dim_param = found[d.dim_param]
     if not refined:
         return 0
     infos = {v.name: v for v in graph.value_info}

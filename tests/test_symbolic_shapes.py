@@ -558,3 +558,35 @@ def test_ceil_mode_and_unknown_kernels_stay_unknown():
                                     "t = Conv <strides = [2, 2]> (x, w)  y = Relu (t) }")
     shape = shape_of(m, "t")  # a weight of unknown size: no kernel, no spatial dims
     assert shape is None or all(unknown(d) for d in shape[2:])
+
+
+SEQ2SEQ = """g (float[batch,src,8] x, float[batch,tgt,8] t) => (float[enc_dim_0,enc_dim_1,8] enc, float[batch,tgt,src] y)
+        <float[8,8] w = {""" + ", ".join(["0.1"] * 64) + """}> {
+    enc = Relu(x)
+    k = MatMul(enc, w)
+    kt = Transpose <perm = [0, 2, 1]> (k)
+    y = MatMul(t, kt)
+}"""
+
+
+def test_an_outputs_own_name_for_a_dim_is_the_symbol_it_is_computed_as():
+    """A full seq2seq export returns the encoder's states under names of
+    their own (torch: LayerNormalizationout1_dim_0): the cross-attention's
+    keys read them as batch and src again (rule 8); the output keeps its
+    declared names, and inferring again changes nothing."""
+    m, r = run_pass("infer_shapes", SEQ2SEQ)
+    assert shape_of(m, "k") == ["batch", "src", 8] and shape_of(m, "kt") == ["batch", 8, "src"]
+    assert shape_of(m, "enc") == ["enc_dim_0", "enc_dim_1", 8]
+    assert pyonnxopt.shapes.infer(m) == {"values_typed": 0}
+
+
+def test_an_output_name_computed_two_ways_or_an_inputs_symbol_is_no_alias():
+    # d0 is batch in enc and src in u: neither.
+    text = SEQ2SEQ.replace("float[batch,tgt,src] y)", "float[batch,tgt,src] y, float[d0,batch,8] u)").replace(
+        "y = MatMul(t, kt)", "y = MatMul(t, kt)  u = Transpose <perm = [1, 0, 2]> (enc)").replace(
+        "float[enc_dim_0,enc_dim_1,8] enc", "float[d0,enc_dim_1,8] enc")
+    m, r = run_pass("infer_shapes", text)
+    assert shape_of(m, "k") == ["d0", "src", 8]
+    # tgt names an input's dim: a declaration that contradicts the graph is left as it is.
+    m, r = run_pass("infer_shapes", SEQ2SEQ.replace("float[enc_dim_0,enc_dim_1,8] enc", "float[batch,tgt,8] enc"))
+    assert shape_of(m, "k")[1] == "tgt"

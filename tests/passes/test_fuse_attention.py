@@ -534,3 +534,37 @@ def test_torch_unbind_of_a_packed_projection():
     m, report = optimized(proto)
     assert ops(m) == ["MatMul", "Add", "Split", "Attention", "MatMul", "Add"]
     assert report["check"]["first_mismatch"] is None
+
+
+def test_torch_cross_attention_on_encoder_states_that_are_also_returned():
+    """A full seq2seq export returns the encoder's states; torch names their
+    dims on its own (no dynamic axes given for that output), and the
+    cross-attention's keys only share q's batch once infer_shapes reads
+    those names as the symbols they are (BART, T5, Marian)."""
+    import torch
+
+    class EncDec(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.enc, self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(4))
+
+        def forward(self, src, tgt):
+            enc = torch.layer_norm(self.enc(src), (32,))
+
+            def heads(t):
+                return t.view(t.shape[0], t.shape[1], 4, 8).transpose(1, 2)
+
+            y = torch.nn.functional.scaled_dot_product_attention(heads(self.q(tgt)), heads(self.k(enc)),
+                                                                 heads(self.v(enc)))
+            return enc, y.transpose(1, 2).reshape(tgt.shape[0], tgt.shape[1], 32)
+
+    args = (torch.randn(2, 7, 32), torch.randn(2, 5, 32))
+    proto = export(EncDec().eval(), args, 17, input_names=["src", "tgt"], output_names=["enc", "y"],
+                   dynamic_axes={"src": {0: "batch", 1: "src_len"}, "tgt": {0: "batch", 1: "tgt_len"},
+                                 "y": {0: "batch", 1: "tgt_len"}})
+    for d, name in zip(proto.graph.output[0].type.tensor_type.shape.dim, ["enc_dim_0", "enc_dim_1"]):
+        d.dim_param = name  # as torch names them where its own inference loses the inputs' (BART's encoder)
+    m, report = pyonnxopt.optimize(proto, opset=23)
+    assert ops(m).count("Attention") == 1 and "Transpose" not in ops(m) and "Softmax" not in ops(m)
+    assert report["check"]["first_mismatch"] is None
