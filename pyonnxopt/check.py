@@ -68,24 +68,31 @@ def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
     there. Inputs named in `given` (the caller has them) are left out."""
     rng = np.random.default_rng(seed)
     feeds = {}
+    for name, (dtype, shape) in _input_shapes(sess, given, size, symbols, batch).items():
+        if np.prod(shape, dtype=np.float64) * np.dtype(dtype).itemsize > MAX_INPUT_BYTES:
+            raise CheckUnavailable(f"input '{name}' of shape {shape} is too large to generate for the check "
+                                   f"(over {MAX_INPUT_BYTES >> 30} GiB); give smaller inputs with --check-inputs")
+        if np.issubdtype(dtype, np.floating):
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype is np.bool_:
+            feeds[name] = rng.integers(0, 2, shape).astype(np.bool_)
+        else:
+            feeds[name] = rng.integers(0, 2, shape).astype(dtype)
+    return feeds
+
+
+def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict], batch: int) -> dict:
+    """name -> (numpy dtype, shape) of the inputs random_inputs makes."""
+    out = {}
     for i in sess.get_inputs():
         if i.name in given:
             continue
         dtype = _ORT_TYPES.get(i.type)
         if dtype is None:
             raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate")
-        shape = [d if isinstance(d, int) and d >= 0 else (symbols or {}).get(d, batch if axis == 0 else size)
-                 for axis, d in enumerate(i.shape or [])]
-        if np.prod(shape, dtype=np.float64) * np.dtype(dtype).itemsize > MAX_INPUT_BYTES:
-            raise CheckUnavailable(f"input '{i.name}' of shape {shape} is too large to generate for the check "
-                                   f"(over {MAX_INPUT_BYTES >> 30} GiB); give smaller inputs with --check-inputs")
-        if np.issubdtype(dtype, np.floating):
-            feeds[i.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype is np.bool_:
-            feeds[i.name] = rng.integers(0, 2, shape).astype(np.bool_)
-        else:
-            feeds[i.name] = rng.integers(0, 2, shape).astype(dtype)
-    return feeds
+        out[i.name] = (dtype, [d if isinstance(d, int) and d >= 0 else (symbols or {}).get(d, batch if axis == 0 else size)
+                               for axis, d in enumerate(i.shape or [])])
+    return out
 
 
 @dataclass
@@ -193,9 +200,11 @@ class Reference:
                         symbols[d] = 2 * n
         if not dynamic:
             return
-        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols, batch=2)
-        if sum(a.nbytes for a in feeds.values()) > SECOND_SAMPLE_BYTES:
+        shapes = _input_shapes(shaped_by, (), 2 * first.unknown_dims, symbols, 2)
+        if sum(np.prod(shape, dtype=np.float64) * np.dtype(t).itemsize for t, shape in shapes.values()) \
+                > SECOND_SAMPLE_BYTES:
             return
+        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols, batch=2)
         sizes = ", ".join(f"{name} {value}" for name, value in symbols.items())
         sample = _Sample(feeds, f"seed {self.seed + 1}, dynamic dims doubled" + (f": {sizes}" if sizes else ""))
         try:

@@ -317,3 +317,9 @@ def test_a_doubled_sample_the_original_cannot_take_is_said_to_be_left_out(tmp_pa
     monkeypatch.setenv("COLUMNS", "300")
     assert main(["optimize", str(path), str(tmp_path / "o.onnx")]) == 0
     assert "not with its dynamic dims doubled: the original does not run on them" in capsys.readouterr().out
+
+
+def test_a_doubled_sample_past_its_size_limit_is_left_out(cnn_path, tmp_path, monkeypatch):
+    monkeypatch.setattr("pyonnxopt.check.SECOND_SAMPLE_BYTES", 1000)  # the image alone is 12 KB
+    _, report = optimize(str(cnn_path), str(tmp_path / "o.onnx"))
+    assert report["check"]["first_mismatch"] is None and "samples" not in report["check"]
