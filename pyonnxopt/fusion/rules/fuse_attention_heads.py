@@ -9,9 +9,9 @@ around it takes the 3-d tensors and splits the heads itself.
 torch's dynamo exporter writes scaled_dot_product_attention this way at
 opset 23; fuse_attention's 4-d match (q, k, v already [B, H, S, D]) leaves
 the same. The four Transposes and four Reshapes go; the mask, the scale and
-the other attributes stay as they are, and a NaN guard Where(IsNaN(y), 0, y)
-on the op's output goes on the 3-d output (the mask broadcasts to [B, Hq, S, T]
-in both layouts). A merge that flattens further (GPT-2's [B*S, E]) keeps
+the other attributes stay as they are (the mask broadcasts to [B, Hq, S, T]
+in both layouts), and a NaN guard Where(IsNaN(y), 0, y) on the op's output
+goes on the 3-d output. A merge that flattens further (GPT-2's [B*S, E]) keeps
 its Reshape, on the 3-d output. Where the keys and values are
 Concat(past, new heads) along the sequence (a cache, the Concats also the
 present outputs), the past goes in as the op's past_key and past_value and
