@@ -81,21 +81,9 @@ Region Planner::grow(Node* root, const Perm& perm) {
 bool Planner::unit_moves_only(const Perm& perm, const Value* v) const {
   std::optional<std::vector<int64_t>> dims = known_shape(v);
   if (!dims || dims->size() != perm.size() || default_opset(model_, graph_) < 5) return false;
-  int64_t last = -1;
-  bool moved_unknown = false;
-  for (size_t i = 0; i < perm.size(); ++i) {
-    const int64_t d = (*dims)[i], axis = perm[i];
-    if (d == 0) return false;
-    if (d != 1) {
-      if (axis < last) return false;
-      last = axis;
-    }
-    if (d == kUnknownDim && axis != static_cast<int64_t>(i)) {
-      if (moved_unknown) return false;
-      moved_unknown = true;
-    }
-  }
-  return true;
+  std::vector<int64_t> untransposed(dims->size());  // the Transpose's input: v = Transpose(it, perm)
+  for (size_t i = 0; i < perm.size(); ++i) untransposed[static_cast<size_t>(perm[i])] = (*dims)[i];
+  return keeps_data_order(untransposed, perm);
 }
 
 // `n` reads `perm`-transposed data as input `index` of an opset-23
