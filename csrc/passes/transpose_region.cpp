@@ -92,8 +92,10 @@ bool Planner::unit_moves_only(const Perm& perm, const Value* v) const {
 // op the 3-d tensor and lets it split the heads. So a Transpose moves below
 // LLaMA's rotary embedding, which sits between the split and the Attention.
 // Not where that rule cannot take q, k and v: past inputs, or heads made by
-// a Concat (a cache after the rotary), a Reshape or an Expand (keys and
-// values repeated for grouped heads) or fed in; the move would gain nothing.
+// a Concat along the sequence (a cache after the rotary), a Reshape or an
+// Expand (keys and values repeated for grouped heads) or fed in; the move
+// would gain nothing. (GPT-NeoX's partial rotary ends in a Concat along the
+// head size: that one moves.)
 bool Planner::split_for_attention(const Node& n, int index, const Perm& perm) const {
   static const Perm kSplit{0, 2, 1, 3};
   if (n.op_type.value != "Attention" || !is_standard_domain(n.domain.value) || index > 2 || perm != kSplit ||
@@ -103,7 +105,10 @@ bool Planner::split_for_attention(const Node& n, int index, const Perm& perm) co
     const Node* p = i < static_cast<int>(n.inputs.size()) && n.inputs[i] ? n.inputs[i]->producer : nullptr;
     if (!p) return false;
     const std::string& op = p->op_type.value;
-    if (op == "Concat" || op == "Reshape" || op == "Expand" || op == "Tile") return false;
+    const Attribute* axis = op == "Concat" ? p->attribute("axis") : nullptr;
+    if ((op == "Concat" && (!axis || (axis->i.value != 3 && axis->i.value != -1))) || op == "Reshape" ||
+        op == "Expand" || op == "Tile")
+      return false;
   }
   return true;
 }

@@ -17,11 +17,12 @@ Concat(past, new heads) along the sequence (a cache, the Concats also the
 present outputs), the past goes in as the op's past_key and past_value and
 its present outputs replace the Concats, as fuse_attention does.
 
-q and k may also come as Transpose(x, [0, 2, 1, 3]) of any 4-d x = [B, S,
-H, D] (H and D known): LLaMA's rotary embedding sits between the head
-split and the Attention, and optimize_transposes moves the split's
-Transpose below it for this rule. x then goes in as Reshape(x, [0, 0, H*D]),
-which moves no data.
+q, k and v may also come as Transpose(x, [0, 2, 1, 3]) of any 4-d x = [B,
+S, H, D] (H and D known): LLaMA's rotary embedding sits between the head
+split and the Attention (GPT-NeoX's, and its Slices of one packed
+projection, too), and optimize_transposes moves the split's Transpose
+below it for this rule. x then goes in as Reshape(x, [0, 0, H*D]), which
+moves no data.
 
 Refuses when:
  1. the Attention returns more than its output (present keys and values,
@@ -52,8 +53,8 @@ class FuseAttentionHeads(Rule):
     min_opset = 23
 
     def pattern(self, opset: int) -> list:
-        def variant(masked: bool, past: bool, q_moved: bool, k_moved: bool, guarded: bool) -> Op:
-            k, v = _moved("k") if k_moved else _heads("k"), _heads("v")
+        def variant(masked: bool, past: bool, q_moved: bool, k_moved: bool, v_moved: bool, guarded: bool) -> Op:
+            k, v = _moved("k") if k_moved else _heads("k"), _moved("v") if v_moved else _heads("v")
             if past:  # the present keys and values are graph outputs too: not exclusive
                 k = Op("Concat", Var("past_k"), k, name="k_present", exclusive=False)
                 v = Op("Concat", Var("past_v"), v, name="v_present", exclusive=False)
@@ -65,9 +66,9 @@ class FuseAttentionHeads(Rule):
                       name="merge_heads")
 
         # A head split's Reshape first: a moved q or k takes any 4-d value.
-        return [variant(masked, past, q_moved, k_moved, guarded)
-                for q_moved, k_moved, past, masked, guarded in itertools.product((False, True), repeat=5)
-                if not (past and (q_moved or k_moved))]  # a cache: fuse_attention's reading of it wants all split
+        return [variant(masked, past, q_moved, k_moved, v_moved, guarded)
+                for q_moved, k_moved, v_moved, past, masked, guarded in itertools.product((False, True), repeat=6)
+                if not (past and (q_moved or k_moved or v_moved))]  # a cache: fuse_attention's reading wants all split
 
     def check(self, m: Match) -> Optional[str]:
         if "nan_zero" in m and scalar_of(m.array("nan_zero")) != 0:
@@ -127,7 +128,7 @@ def _heads_of(m: Match) -> Union[tuple, str]:
 
 
 def _moved(name: str) -> Op:
-    """Transpose(x, [0, 2, 1, 3]) of a 4-d x other than the head split's Reshape."""
+    """Transpose(x, [0, 2, 1, 3]) of a 4-d x other than a head split's Reshape."""
     return Op("Transpose", Var(f"{name}4"), name=f"{name}_heads", attrs={"perm": SPLIT})
 
 
