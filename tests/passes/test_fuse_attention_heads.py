@@ -112,6 +112,17 @@ def test_moved_heads_go_in_reshaped_to_3d():
     assert_same_outputs(original, m, **TOL)
 
 
+def test_a_moved_v_goes_in_reshaped_too():
+    """GPT-NeoX slices q, k and v out of one packed projection after its
+    split: each reaches the Attention as a Transpose of something else than
+    a Reshape (here Relu)."""
+    text = block().replace("vr = Reshape(v3, ks)  v = Transpose", "vr = Reshape(v3, ks)  vx = Relu(vr)  v = Transpose")
+    text = text.replace("<perm = [0, 2, 1, 3]> (vr)", "<perm = [0, 2, 1, 3]> (vx)")
+    m, r, original = run(text)
+    assert ops(m) == ["Reshape", "Relu", "Reshape", "Attention"] and m.graph.nodes[2].inputs[0].name == "vx"
+    assert_same_outputs(original, m, **TOL)
+
+
 def test_a_nan_guard_after_the_attention_goes_on_the_3d_output():
     text = block().replace("at = Transpose <perm = [0, 2, 1, 3]> (a)",
                            "n = IsNaN(a)  g = Where(n, zero, a)  at = Transpose <perm = [0, 2, 1, 3]> (g)")

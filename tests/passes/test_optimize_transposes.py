@@ -1001,3 +1001,10 @@ def test_not_into_an_attention_whose_keys_that_rule_cannot_take():
     m, _ = run_pass("infer_shapes", parse(text, 23))
     r = get("optimize_transposes").run(m, PassOptions())
     assert not r.modified
+    # A Concat along the head size (GPT-NeoX's partial rotary) is no cache: the move goes on.
+    text = text.replace("kc = Concat <axis = 2> (past, k)",
+                        "ka, kb = Split <axis = 3, num_outputs = 2> (k)  kc = Concat <axis = -1> (kb, ka)")
+    before = parse(text.replace(", float[B,4,P,8] past)", ")"), 23)
+    m, _ = run_pass("infer_shapes", before)
+    assert get("optimize_transposes").run(m, PassOptions()).modified
+    same_numbers(before, m)
