@@ -65,16 +65,22 @@ def _names_more(type_proto, value) -> bool:
     return all(a >= b for a, b in pairs) and any(a > b for a, b in pairs)
 
 
-def _relinked(type_proto, value) -> bool:
-    """Same rank, and a generated name the value has became another
-    (`_link_generated` joined it to a group)."""
+def _renamed(old, new, aliases: Mapping) -> bool:
+    """Whether the inferred dim `new` names the value's dim `old` better: a
+    generated name for a generated one (`_link_generated` joined the two to
+    a group), or any name for an output's own (symbolic_shapes' rule 8)."""
+    return isinstance(old, str) and old != new and (
+        old in aliases or (_generated(old) >= 0 and isinstance(new, str) and _generated(new) >= 0))
+
+
+def _renames(type_proto, value, aliases: Mapping) -> bool:
+    """Same rank, and some dim `_renamed`."""
     t = value.type
     if t.get("kind") != "tensor" or t.get("shape") is None or not type_proto.HasField("tensor_type"):
         return False
     dims = type_proto.tensor_type.shape.dim
-    return len(dims) == len(t["shape"]) and any(
-        isinstance(old, str) and _generated(old) >= 0 and _generated(d.dim_param) >= 0 and d.dim_param != old
-        for d, old in zip(dims, t["shape"]))
+    return len(dims) == len(t["shape"]) and any(_renamed(old, d.dim_param, aliases)
+                                                for d, old in zip(dims, t["shape"]))
 
 
 def infer(model: Model, update_outputs: bool = False) -> dict:
@@ -235,8 +241,8 @@ def _all_dims(graph):
 
 def _merged(type_proto, value, aliases: Mapping) -> None:
     """Where the inferred type says less of a dim than the value does, or
-    the same but by another name, the value's dim goes back into it; a
-    generated name is the exception (`_link_generated` chose it)."""
+    the same but by another name, the value's dim goes back into it, unless
+    the new name is `_renamed`'s better one."""
     t = value.type
     if t.get("kind") != "tensor" or t.get("shape") is None or not type_proto.HasField("tensor_type"):
         return
@@ -245,9 +251,7 @@ def _merged(type_proto, value, aliases: Mapping) -> None:
         return
     for d, old in zip(dims, t["shape"]):
         new = d.dim_value if d.HasField("dim_value") else d.dim_param
-        if old is None or old == "" or _dim_score(old) < _dim_score(new) or _dim_score(old) == _dim_score(new) == 1:
-            continue
-        if old in aliases:  # an output's name for a dim symbolic_shapes knows better (its rule 8)
+        if old is None or old == "" or _dim_score(old) < _dim_score(new) or _renamed(old, new, aliases):
             continue
         if isinstance(old, int):
             d.dim_value = old
@@ -265,8 +269,7 @@ def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping) -> int:
         if v.is_graph_output and not update_outputs:
             continue
         _merged(vi.type, v, aliases)
-        if (_known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _relinked(vi.type, v)
-                or any(d in aliases for d in (v.type.get("shape") or []) if isinstance(d, str))):
+        if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _renames(vi.type, v, aliases):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1
     # Subgraphs: nodes correspond one to one, in order; subgraph attributes too.
