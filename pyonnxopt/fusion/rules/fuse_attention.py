@@ -179,7 +179,7 @@ def _variant(layout: str, scale: str, mask: int, guard: bool, softcap: bool = Fa
         s = Op("Add", s, Var("mask2"), name="masked2", commutative=True)
     p = Op("Softmax", s, name="probs")
     if guard:
-        p = Op("Where", Op("IsNaN", p, name="nan"), Const("nan_zero"), p, name="guarded")
+        p = nan_guard(p)
     y = Op("MatMul", p, v, name="context")
     if layout in ("3d", "3d_heads_t", "3d_past", "packed", "packed_unbind"):
         y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Var("out_shape"),
@@ -222,8 +222,9 @@ class FuseAttention(Rule):
             return cap
         if cap and op == "MultiHeadAttention":
             return "MultiHeadAttention has no softcap (c * tanh(scores / c))"
-        if "nan_zero" in m and not (scalar_of(m.array("nan_zero")) == 0 and m.array("nan_zero").ndim <= 4):
-            return f"the NaN guard's '{m['nan_zero'].name}' is not a scalar 0"
+        why = guard_reason(m)
+        if why:
+            return why
         bhst = _layout(m)
         if isinstance(bhst, str):
             return bhst
@@ -254,8 +255,9 @@ class FuseAttention(Rule):
         b, h, s, t = _layout(m)
         op = _emitted(m)
         attrs = {"scale": float(_scale(m))}
-        if _softcap(m):
-            attrs["softcap"] = float(_softcap(m))
+        cap = _softcap(m)
+        if cap:
+            attrs["softcap"] = cap
         if "qs" in m:
             inputs = _batch_first(m, edit)
         elif "qkv3" in m:
@@ -312,11 +314,7 @@ class FuseAttention(Rule):
             return y
 
         if "nan_zero" in m:
-            y = made(last)
-            (nan,) = edit.node("IsNaN", [y], hint=f"{y.name}_isnan")
-            # A 0-d zero: the guard's own may be [1, 1, 1, 1], which would broadcast y to 4-d.
-            zero = edit.constant(np.zeros((), m.array("nan_zero").dtype), "nan_zero")
-            last = ("Where", [nan, zero, y], None, "")
+            last = ("Where", guard_inputs(m, edit, made(last)), None, "")
         if four_d:  # back to [B, H, S, Dv] (the merge after it, if any, cancels this)
             heads = edit.constant(np.array([0, 0, h, dims(m["v"])[3]], np.int64), "output_heads")
             (y,) = edit.node("Reshape", [made(last), heads], hint="output_heads")
@@ -332,6 +330,26 @@ class FuseAttention(Rule):
         else:
             edit.replace_value(m.root.outputs[0], last)
         return None
+
+
+def nan_guard(p: Op) -> Op:
+    """torch's NaN guard Where(IsNaN(p), 0, p): on the probabilities here,
+    on the Attention made of them in fuse_attention_heads."""
+    return Op("Where", Op("IsNaN", p, name="nan"), Const("nan_zero"), p, name="guarded")
+
+
+def guard_reason(m: Match) -> Optional[str]:
+    """Why the matched guard is not one that zeroes NaN, or None."""
+    if "nan_zero" in m and not (scalar_of(m.array("nan_zero")) == 0 and m.array("nan_zero").ndim <= 4):
+        return f"the NaN guard's '{m['nan_zero'].name}' is not a scalar 0"
+    return None
+
+
+def guard_inputs(m: Match, edit: Edit, y) -> list:
+    """The Where that guards `y`: IsNaN(y), a 0-d zero (the guard's own may
+    be [1, 1, 1, 1], which would broadcast y to 4-d), y."""
+    (nan,) = edit.node("IsNaN", [y], hint=f"{y.name}_isnan")
+    return [nan, edit.constant(np.zeros((), m.array("nan_zero").dtype), "nan_zero"), y]
 
 
 def _state_output_type(m: Match, edit: Edit, y, b, s, h) -> None:

@@ -41,10 +41,11 @@ from typing import Optional, Union
 
 import numpy as np
 
-from pyonnxopt.fusion.pattern import Const, Op, Var
+from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
-from pyonnxopt.fusion.rules.fuse_attention import SPLIT, _heads, _layout_past, _merge, _split
-from pyonnxopt.fusion.values import dims, same_dim, scalar_of
+from pyonnxopt.fusion.rules.fuse_attention import (SPLIT, _heads, _layout_past, _merge, _split, guard_inputs,
+                                                    guard_reason, nan_guard)
+from pyonnxopt.fusion.values import dims, same_dim
 
 
 class FuseAttentionHeads(Rule):
@@ -61,7 +62,7 @@ class FuseAttentionHeads(Rule):
             inputs = [_moved("q") if q_moved else _heads("q"), k, v] + ([Var("mask")] if masked else [])
             y = Op("Attention", *inputs, name="attention")
             if guarded:  # the NaN guard fuse_attention keeps after the op it made
-                y = Op("Where", Op("IsNaN", y, name="nan"), Const("nan_zero"), y, name="guarded")
+                y = nan_guard(y)
             return Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Var("out_shape"),
                       name="merge_heads")
 
@@ -71,8 +72,9 @@ class FuseAttentionHeads(Rule):
                 if not (past and (q_moved or k_moved or v_moved))]  # a cache: fuse_attention's reading wants all split
 
     def check(self, m: Match) -> Optional[str]:
-        if "nan_zero" in m and scalar_of(m.array("nan_zero")) != 0:
-            return f"the NaN guard's '{m['nan_zero'].name}' is not a scalar 0"
+        why = guard_reason(m)
+        if why:
+            return why
         heads = _heads_of(m)
         return heads if isinstance(heads, str) else None
 
@@ -96,10 +98,8 @@ class FuseAttentionHeads(Rule):
             edit.replace_value(m["k_present"].outputs[0], made_outputs[1])
             edit.replace_value(m["v_present"].outputs[0], made_outputs[2])
         y = made_outputs[0]
-        if "guarded" in m:  # elementwise: the same on the 3-d output; a 0-d zero, as it may be [1, 1, 1, 1]
-            (nan,) = edit.node("IsNaN", [y], hint=f"{y.name}_isnan")
-            (y,) = edit.node("Where", [nan, edit.constant(np.zeros((), m.array("nan_zero").dtype), "nan_zero"), y],
-                             hint=f"{y.name}_guarded")
+        if "guarded" in m:  # elementwise: the same on the 3-d output
+            (y,) = edit.node("Where", guard_inputs(m, edit, y), hint=f"{y.name}_guarded")
         if exact:
             edit.replace_value(m.root.outputs[0], y)
         else:
