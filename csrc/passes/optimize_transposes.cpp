@@ -254,21 +254,12 @@ bool reshape_unit_moves(const Model& model, Graph& g, Node* t, FreshNames& names
   std::optional<std::vector<int64_t>> dims = known_shape(t->inputs[0]);
   if (!dims) return false;
   std::optional<Perm> perm = transpose_perm(*t, static_cast<int64_t>(dims->size()));
-  if (!perm || is_identity(*perm)) return false;
-  int64_t last = -1;  // the input axis of the last non-1 dim seen in output order
+  // keeps_data_order also refuses a 0 dim (in the target it would copy, allowzero aside) and a second moved unknown.
+  if (!perm || is_identity(*perm) || !keeps_data_order(*dims, *perm)) return false;
   std::vector<int64_t> target;
-  bool inferred = false;
   for (size_t i = 0; i < perm->size(); ++i) {
     const int64_t axis = (*perm)[i], d = (*dims)[static_cast<size_t>(axis)];
-    if (d == 0) return false;  // a 0 in the target would copy (allowzero aside): not worth the case
-    if (d != 1) {
-      if (axis < last) return false;  // data moves
-      last = axis;
-    }
-    if (d != kUnknownDim) target.push_back(d);
-    else if (axis == static_cast<int64_t>(i)) target.push_back(0);
-    else if (!inferred) target.push_back(-1), inferred = true;
-    else return false;
+    target.push_back(d != kUnknownDim ? d : axis == static_cast<int64_t>(i) ? 0 : -1);
   }
   bool as_node = false;
   const std::string base = (t->name.value.empty() ? t->outputs[0]->name : t->name.value) + "_shape";

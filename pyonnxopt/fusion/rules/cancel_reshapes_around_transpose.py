@@ -78,7 +78,8 @@ def _permutation(m: Match) -> Union[list, str]:
         return f"the Transpose's perm {list(perm)} does not fit the merged view {merged}"
     if len(x) != len(y) or x.count(1) != y.count(1):
         return f"x {x} and the result {y} differ in rank or in axes of size 1: no Transpose gives one from the other"
-    kept = [a for a in perm if merged[a] != 1]  # the moved view's axes, as merged's
+    squeezed = {a: i for i, a in enumerate(a for a, e in enumerate(merged) if e != 1)}  # merged axis -> merged_'s
+    kept = [a for a in perm if a in squeezed]  # the moved view's axes, as merged's
     moved = [merged[a] for a in kept]
     merged_, x_, y_ = ([e for e in d if e != 1] for d in (merged, x, y))
     runs_x = _runs(x_, merged_)
@@ -89,7 +90,7 @@ def _permutation(m: Match) -> Union[list, str]:
         return f"the second Reshape {[merged[a] for a in perm]} -> {y} does more than split one axis into a run"
     x_axes = [a for a, e in enumerate(x) if e != 1]
     order = []  # x's axes (size 1 left out) in y's order
-    for axis, run_y in zip((_merged_index(merged, a) for a in kept), runs_y):
+    for axis, run_y in zip((squeezed[a] for a in kept), runs_y):
         run_x = runs_x[axis]
         if len(run_x) != len(run_y) or not all(same_dim(x_[a], y_[b]) for a, b in zip(run_x, run_y)):
             return (f"the second Reshape splits {[merged_[axis]]} into {[y_[b] for b in run_y]}, "
@@ -97,11 +98,6 @@ def _permutation(m: Match) -> Union[list, str]:
         order.extend(x_axes[a] for a in run_x)
     ones, order = iter(a for a, e in enumerate(x) if e == 1), iter(order)
     return [next(ones) if e == 1 else next(order) for e in y]
-
-
-def _merged_index(merged: list, axis: int) -> int:
-    """merged's axis `axis` counted without its axes of size 1."""
-    return sum(1 for e in merged[:axis] if e != 1)
 
 
 def _runs(fine: list, coarse: list) -> Optional[list]:
