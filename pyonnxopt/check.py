@@ -101,6 +101,7 @@ class CheckResult:
     max_abs_diff: float
     first_mismatch: Optional[str] = None
     unloadable: Optional[str] = None  # onnxruntime's words when it could not load the candidate
+    unrunnable: Optional[str] = None  # ... or not run it on a sample the original ran on
     unknown_dims: int = 1  # the size generated inputs had for unknown dims past the first axis
     named_dims: Optional[dict] = None  # sizes given to named dims, where they had to differ (total = past + seq)
     samples: int = 1  # input samples compared (a second with the dynamic dims doubled)
@@ -267,8 +268,9 @@ class Reference:
         try:
             got = candidate.run(names, {k: v for k, v in sample.feeds.items() if k in inputs})
         except Exception as e:
-            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model on {sample.where}: "
-                                                f"{first_line(e)})")
+            why = f"on {sample.where}: {first_line(e)}"
+            return CheckResult(0, float("inf"), f"(none: onnxruntime cannot run the optimized model {why})",
+                               unrunnable=why)
         result = _compare_outputs(names, want, got, self.rtol, self.atol, sample.where, self.narrow_eps)
         if result.first_mismatch and not self._steady:
             again = self._run_original(sample, names)

@@ -201,10 +201,12 @@ def optimize(
                     converted_ref = converted.to_bytes()
                 except ModelError:  # past 2 GB inline: the passes' mismatch is all we can say
                     converted_ref = None
-                changed = converted_ref and _check(original_ref, converted_ref, seed, check_inputs, bool(fixed),
-                                                   kept_outputs, narrow).get("first_mismatch")
-                if changed:
-                    raise converter_changed(report["opset_after"], changed, "--force")
+                converted_check = converted_ref and _check(original_ref, converted_ref, seed, check_inputs,
+                                                           bool(fixed), kept_outputs, narrow)
+                if converted_check and converted_check.get("first_mismatch"):
+                    raise converter_changed(report["opset_after"], converted_check["first_mismatch"], "--force",
+                                            cannot_run(converted_check.get("unloadable"),
+                                                       converted_check.get("unrunnable")))
             raise VerificationError(f"the optimized model differs from the original at output {mismatch}; "
                                     "nothing was written (use --force to write it anyway)")
     if output is not None and not written:
@@ -212,12 +214,22 @@ def optimize(
     return model, report
 
 
-def converter_changed(opset: int, output: str, last_resort: str = "") -> VerificationError:
-    """The error for a model onnx's version converter changed before any pass ran."""
-    if output.startswith("(none: "):  # the check's words for a candidate onnxruntime cannot load or run
-        why = output[len("(none: "):-1].replace("the optimized model", "its result")
+def cannot_run(unloadable: Optional[str], unrunnable: Optional[str]) -> Optional[str]:
+    """The check's words where onnxruntime could not load or run a converted
+    model, as converter_changed takes them."""
+    if unloadable:
+        return f"onnxruntime cannot load its result: {unloadable}"
+    return f"onnxruntime cannot run its result {unrunnable}" if unrunnable else None
+
+
+def converter_changed(opset: int, output: str, last_resort: str = "",
+                      cannot_run: Optional[str] = None) -> VerificationError:
+    """The error for a model onnx's version converter changed before any pass
+    ran; `cannot_run` (see cannot_run) where onnxruntime could not load or
+    run the converted model at all."""
+    if cannot_run:
         return VerificationError(f"onnx's version converter (--opset {opset}) writes a model onnxruntime cannot "
-                                 f"run ({why}), before any pass; nothing was written (try a lower --opset)")
+                                 f"run ({cannot_run}), before any pass; nothing was written (try a lower --opset)")
     hints = ["check on inputs of real sizes with --check-inputs", "try a lower --opset"] + \
         ([last_resort] if last_resort else [])
     return VerificationError(f"onnx's version converter (--opset {opset}) already changes output {output}, before "
@@ -238,6 +250,8 @@ def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed
            "first_mismatch": result.first_mismatch, "seed": None if inputs else seed}
     if result.unloadable:
         out["unloadable"] = result.unloadable
+    if result.unrunnable:
+        out["unrunnable"] = result.unrunnable
     if result.unknown_dims > 1 and not inputs:
         out["unknown_dims"] = result.unknown_dims
     if result.named_dims and not inputs:

@@ -45,7 +45,7 @@ from pyonnxopt.errors import Error
 from pyonnxopt.fusion.rule import node_id
 from pyonnxopt.model import Model, load
 from pyonnxopt.opset import default_opset
-from pyonnxopt.optimize import Start, converter_changed, prepare
+from pyonnxopt.optimize import Start, cannot_run, converter_changed, prepare
 from pyonnxopt.passes import PassOptions, run_passes
 from pyonnxopt.passes.manager import MAX_ITERATIONS
 
@@ -126,9 +126,10 @@ class PassChecker:
                                         required=start.kept_outputs, rtol=rtol, atol=atol,
                                         narrow_eps=check.narrow_eps(start.original))
             upgraded = default_opset(start.model) != default_opset(start.original)
-            converted = reference.compare(good).first_mismatch if upgraded else None
-            if converted:  # else the first pass that changes the model would take the blame
-                raise converter_changed(default_opset(start.model), converted)
+            converted = reference.compare(good) if upgraded else None
+            if converted and converted.first_mismatch:  # else the first pass changing the model would take the blame
+                raise converter_changed(default_opset(start.model), converted.first_mismatch, "",
+                                        cannot_run(converted.unloadable, converted.unrunnable))
         except BaseException:
             workspace.close()
             raise
