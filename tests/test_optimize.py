@@ -284,18 +284,24 @@ def test_inputs_too_large_to_generate_leave_the_model_unchecked(cnn_path, tmp_pa
     assert "input 'image' of shape [2000000000, 3, 32, 32] is too large to generate" in report["check"]["skipped"]
 
 
-def test_input_shapes_the_model_does_not_take_are_named_as_the_cause(tmp_path):
+def _positions(tmp_path, out_len: str):
+    """x [N, S, 4] plus an 8-position table, saved; y's length is `out_len`."""
     from onnx import parser
 
-    from pyonnxopt.errors import VerificationError
-
-    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
-        g (float[N,S,4] x) => (float[N,S,4] y) <float[1,8,4] table = {""" + ", ".join(["0.5"] * 32) + """}> {
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + f"""
+        g (float[N,S,4] x) => (float[N,{out_len},4] y) <float[1,8,4] table = {{""" + ", ".join(["0.5"] * 32) + """}> {
             a = Identity(x)
             y = Add(a, table)
         }""")
     path = tmp_path / "positions.onnx"
     onnx.save(model, path)
+    return path
+
+
+def test_input_shapes_the_model_does_not_take_are_named_as_the_cause(tmp_path):
+    from pyonnxopt.errors import VerificationError
+
+    path = _positions(tmp_path, "S")
     with pytest.raises(VerificationError, match=r"cannot load the model with the input shapes given \(--input-shape"):
         optimize(str(path), str(tmp_path / "o.onnx"), input_shapes={"x": [1, 10, 4]})
     assert not (tmp_path / "o.onnx").exists()
@@ -303,15 +309,7 @@ def test_input_shapes_the_model_does_not_take_are_named_as_the_cause(tmp_path):
 
 def test_a_doubled_sample_the_original_cannot_take_is_said_to_be_left_out(tmp_path, capsys, monkeypatch):
     # An 8-position table: seq 1 broadcasts against it, seq 2 cannot.
-    from onnx import parser
-
-    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
-        g (float[N,S,4] x) => (float[N,P,4] y) <float[1,8,4] table = {""" + ", ".join(["0.5"] * 32) + """}> {
-            a = Identity(x)
-            y = Add(a, table)
-        }""")
-    path = tmp_path / "positions.onnx"
-    onnx.save(model, path)
+    path = _positions(tmp_path, "P")
     _, report = optimize(str(path), str(tmp_path / "o.onnx"))
     assert "samples" not in report["check"] and "broadcast" in report["check"]["doubled_skipped"]
     monkeypatch.setenv("COLUMNS", "300")
