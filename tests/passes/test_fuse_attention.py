@@ -182,6 +182,26 @@ def test_one_key_value_head_broadcast_by_matmul_is_grouped_attention():
     assert_same_outputs(original, m, **TOL)
 
 
+@pytest.mark.parametrize("k_type, fused", [("float[1,B,6,8]", True), ("float[B,1,6,8]", False),
+                                           ("float[2,B,6,8]", False)])
+def test_key_transposed_with_its_size_1_head_axis_moved(k_type, fused):
+    """Falcon's dynamo export at opset 23: optimize_transposes carries the
+    key's one-head Transpose into K^T, which then reads [1, 0, 3, 2] of a
+    [1, B, T, D] key. The key becomes a Reshape of it (no data moves)."""
+    text = f"""g (float[B,4,5,8] q, {k_type} k, float[B,1,6,8] v) => (float[B,4,5,8] y) <float c = {{2.828427}}> {{
+        kt = Transpose <perm = [1, 0, 3, 2]> (k)  qk = MatMul(q, kt)  s = Div(qk, c)  p = Softmax <axis = -1> (s)
+        y = MatMul(p, v)
+    }}"""
+    m, r, original = fuse("fuse_attention", text, opset=23, full_check=fused)
+    if not fused:  # [B, 1, ...] swapped is [1, B, ...]: not q's batch (nor, for 2, a Reshape)
+        assert ops(m) == ["Transpose", "MatMul", "Div", "Softmax", "MatMul"]
+        return
+    assert ops(m) == ["Reshape", "Attention"]
+    feeds = {n: np.random.default_rng(1).standard_normal(s, dtype=np.float32)
+             for n, s in (("q", (3, 4, 5, 8)), ("k", (1, 3, 6, 8)), ("v", (3, 1, 6, 8)))}
+    assert_same_outputs(original, m, feeds, **TOL)
+
+
 @pytest.mark.parametrize("io", ["float[2,1,5,8] q, float[2,4,6,8] k, float[2,4,6,8] v",  # q's one head
                                 "float[2,4,5,8] q, float[2,2,6,8] k, float[2,2,6,8] v",  # not MatMul's either
                                 "float[2,4,5,8] q, float[2,1,6,8] k, float[2,4,6,8] v"])

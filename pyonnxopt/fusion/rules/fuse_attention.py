@@ -159,8 +159,9 @@ def _variant(layout: str, scale: str, mask: int, guard: bool, softcap: bool = Fa
         k_t = Op("Transpose", k, name="k_t", attrs={"perm": [0, 1, 3, 2]})
     else:
         q, v = Var("q"), Var("v")
-        k_t = (Op("Transpose", Var("k"), name="k_t", attrs={"perm": [0, 1, 3, 2]}) if layout == "bhsd"
-               else Op("Transpose", Var("k_bshd"), name="k_t", attrs={"perm": [0, 2, 3, 1]}))
+        k, perm = {"bhsd": ("k", [0, 1, 3, 2]), "bshd_k": ("k_bshd", [0, 2, 3, 1]),
+                   "unit_k": ("k_unit", [1, 0, 3, 2])}[layout]
+        k_t = Op("Transpose", Var(k), name="k_t", attrs={"perm": perm})
     if scale in ("both", "q"):  # "q": Swin scales the queries alone
         q = Op("Mul", q, Const("scale_q"), name="q_scaled", commutative=True)
     if scale == "both":
@@ -198,7 +199,8 @@ class FuseAttention(Rule):
     def pattern(self, opset: int) -> list:
         # The 3-d and sequence-first layouts first: they take the head split and merge along.
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
-            ("3d_past", "3d", "3d_heads_t", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k"), (2, 1, 0),
+            ("3d_past", "3d", "3d_heads_t", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k", "unit_k"),
+            (2, 1, 0),
             ("mul", "div", "both", "q", "none"), (True, False))] + [
             _variant("bhsd", scale, mask, guard, softcap=True)  # Gemma 2's heads are 4-d (rotary)
             for mask, scale, guard in itertools.product((1, 0), ("mul", "div", "none"), (True, False))]
@@ -267,6 +269,8 @@ class FuseAttention(Rule):
         elif "k_bshd" in m:
             (k,) = edit.node("Transpose", [m["k_bshd"]], {"perm": SPLIT}, hint=f"{m['k_bshd'].name}_bhsd")
             inputs = [m["q"], k, m["v"]]
+        elif "k_unit" in m:
+            inputs = [m["q"], _unit_swapped(m, edit), m["v"]]
         else:
             inputs = [m["q"], m["k"], m["v"]]
         four_d = op == "MultiHeadAttention" and not _three_d(m)
@@ -578,6 +582,11 @@ def _layout(m: Match) -> Union[tuple, str]:
     if "k_bshd" in m:
         kb = dims(m["k_bshd"])
         k = None if kb is None or len(kb) != 4 else [kb[0], kb[2], kb[1], kb[3]]
+    elif "k_unit" in m:
+        ku = dims(m["k_unit"])
+        if ku is None or len(ku) != 4 or 1 not in ku[:2]:
+            return f"K^T swaps the first two axes of k {ku}, neither of them known to be 1"
+        k = [ku[1], ku[0], ku[2], ku[3]]
     else:
         k = dims(m["k"])
     if any(d is None or len(d) != 4 for d in (q, k, v)):
@@ -587,6 +596,15 @@ def _layout(m: Match) -> Union[tuple, str]:
     if not (same_dim(q[0], k[0]) and same_dim(q[0], v[0]) and (shared or one_kv_head)):
         return f"q {q}, k {k}, v {v} do not provably share batch and heads"
     return q[0], q[1], q[2], k[2]
+
+
+def _unit_swapped(m: Match, edit: Edit):
+    """k_unit [1, B, T, D] (or [B, 1, T, D]) with its first two axes
+    swapped, a Reshape: one of them is 1, so no element moves."""
+    ku = dims(m["k_unit"])
+    first = [1 if d == 1 else d if isinstance(d, int) else -1 for d in (ku[1], ku[0])]
+    shape = edit.constant(np.array(first + [0, 0], np.int64), "key_heads")  # 0: T and D as they are
+    return edit.node("Reshape", [m["k_unit"], shape], hint=f"{m['k_unit'].name}_bhsd")[0]
 
 
 def _split(m: Match, name: str) -> Union[tuple, str]:
