@@ -170,3 +170,26 @@ def test_torch_rotary_heads_leave_no_transpose():
     m, report = pyonnxopt.optimize(proto, opset=23)
     assert ops(m).count("Attention") == 1 and "Transpose" not in ops(m)
     assert report["check"]["first_mismatch"] is None and report["check"]["samples"] == 2
+
+
+def test_a_grouped_query_cache_becomes_the_past_too():
+    """LLaMA with 2 key/value heads for 4 query heads and a cache (dynamo,
+    opset 23, once fuse_attention_repeat_kv took the repeat): the pasts are
+    [B, 2, P, D]."""
+    text = CACHE.replace("float[2,4,3,8] past_k, float[2,4,3,8] past_v", "float[2,2,3,8] past_k, float[2,2,3,8] past_v")
+    text = text.replace("float[2,4,8,8] present_k, float[2,4,8,8] present_v",
+                        "float[2,2,8,8] present_k, float[2,2,8,8] present_v")
+    text = text.replace("float[2,5,32] k3, float[2,5,32] v3", "float[2,5,16] k3, float[2,5,16] v3")
+    text = text.replace("int64[4] sh = {0, 0, 4, 8}", "int64[4] sh = {0, 0, 4, 8}, int64[4] kvs = {0, 0, 2, 8}")
+    text = text.replace("Reshape(k3, sh)", "Reshape(k3, kvs)").replace("Reshape(v3, sh)", "Reshape(v3, kvs)")
+    m, r, original = run(text)
+    assert ops(m) == ["Attention", "Reshape"]
+    a = m.graph.nodes[0].attributes
+    assert (a["q_num_heads"], a["kv_num_heads"]) == (4, 2)
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_a_cache_of_other_heads_than_the_new_keys_refuses():
+    text = CACHE.replace("float[2,4,3,8] past_k", "float[2,2,3,8] past_k")
+    m, r, _ = fuse("fuse_attention_heads", text, opset=23, full_check=False)  # onnx's checker refuses it too
+    assert not r.modified and near(r, "the past k [2, 2, 3, 8] is not [B, H, P, D]")

@@ -75,3 +75,30 @@ def test_torch_grouped_query_attention(target, opset, op):
     m, report = pyonnxopt.optimize(export(Gqa(), args, 18, dynamo=True), opset=opset, target=target)
     assert ops(m).count(op) == 1 and ("Expand" not in ops(m)) == (target == "onnx")
     assert report["check"]["first_mismatch"] is None
+
+
+def test_one_length_spelled_two_ways_is_one_length():
+    """torch's dynamo exporter names the present keys' length `past + seq`
+    and the values' `seq + past`: one sum, spelled two ways."""
+    from transformer_helpers import parse
+
+    text = block(mask=False).replace("float[2,2,6,8] k, float[2,2,6,8] v", "float[2,2,T1,8] k, float[2,2,T2,8] v")
+    text = text.replace("int64[5] copies = {2, 2, 2, 6, 8}", "int64[5] copies = {2, 2, 2, 1, 8}").replace(
+        "int64[4] heads = {2, 4, 6, 8}", "int64[4] heads = {2, 4, -1, 8}").replace("v_copies = {2, 2, 2, 6, 8}",
+                                                                                 "v_copies = {2, 2, 2, 1, 8}")
+    proto = parse(text, 23)
+    for value, spelled in zip(proto.graph.input[1:3], ("past + seq", "seq + past")):
+        value.type.tensor_type.shape.dim[2].dim_param = spelled
+    m, r, original = run(proto)
+    assert ops(m) == ["Attention"]
+    assert_same_outputs(original, m, **TOL)
+
+
+@pytest.mark.parametrize("name, spelled", [("seq + past", "past + seq"), ("past + seq", "past + seq"),
+                                           ("s1 + 2*s0", "2*s0 + s1"), ("1 + seq", "seq + 1"),
+                                           ("seq + 1 - 1", "seq"), ("seq", "seq"), ("batch-size", "batch-size"),
+                                           ("a - a + 2", "a - a + 2"), ("x +", "x +"), ("2*3", "2*3")])
+def test_dim_names_spelling_one_sum_read_alike(name, spelled):
+    from pyonnxopt.fusion.values import spelled_sum
+
+    assert spelled_sum(name) == spelled

@@ -17,6 +17,7 @@ from pyonnxopt.fusion.rules.fuse_matmul_add_into_gemm import FuseMatmulAddIntoGe
 from pyonnxopt.fusion.rules.fuse_pad_into_conv import FusePadIntoConv
 from pyonnxopt.fusion.rules.fuse_quick_gelu import FuseQuickGelu
 from pyonnxopt.fusion.rules.fuse_rms_normalization import FuseRmsNormalization
+from pyonnxopt.fusion.rules.fuse_rotary_heads import FuseRotaryHeads
 
 BUILTIN_RULES: list = [
     # Conv/Gemm/Pad folding (wt-convs): padding first, then BatchNormalization,
@@ -37,6 +38,7 @@ BUILTIN_RULES: list = [
     FuseQuickGelu(),
     CancelReshapesAroundAdd(),  # Swin's shifted-window mask, so that its attention fuses
     FuseAttention(),
+    FuseRotaryHeads(),  # the head split after the rotary embedding, for the next
     FuseAttentionHeads(),  # an Attention already there (opset 23) or just made on 4-d heads
     FuseAttentionRepeatKv(),
     # Data movement.
