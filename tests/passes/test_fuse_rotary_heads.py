@@ -48,6 +48,19 @@ def test_with_fuse_attention_heads_no_split_is_left():
     assert_same_outputs(original, m, feeds(), **TOL)
 
 
+def test_position_ids_go_along():
+    text = BLOCK.replace("float[B,S,4] cos, float[B,S,4] sin", "float[16,4] cos, float[16,4] sin, int64[B,S] pos")
+    text = text.replace("(q, cos, sin)", "(q, cos, sin, pos)").replace("(k, cos, sin)", "(k, cos, sin, pos)")
+    m, r, original = fuse("fuse_rotary_heads", text, opset=23)
+    rotaries = [n for n in m.graph.nodes if n.op_type == "RotaryEmbedding"]
+    assert [[i.name for i in n.inputs] for n in rotaries] == [["q3", "cos", "sin", "pos"], ["k3", "cos", "sin", "pos"]]
+    rng = np.random.default_rng(4)
+    angles = rng.uniform(0, 6, (16, 4)).astype(np.float32)
+    given = {**{k: v for k, v in feeds().items() if k.endswith("3")}, "cos": np.cos(angles), "sin": np.sin(angles),
+             "pos": rng.integers(0, 16, (2, 5))}
+    assert_same_outputs(original, m, given, **TOL)
+
+
 @pytest.mark.parametrize("reader", ["Relu", "Identity"])
 def test_rotated_heads_read_elsewhere_refuse(reader):
     text = BLOCK.replace("=> (float[B,S,32] y)", "=> (float[B,S,32] y, float[B,4,S,8] extra)").replace(

@@ -14,6 +14,7 @@ from pyonnxopt.fusion.rules.fuse_gelu import FuseGelu
 from pyonnxopt.fusion.rules.fuse_gemm_batchnorm import FuseGemmBatchnorm
 from pyonnxopt.fusion.rules.fuse_layer_normalization import FuseLayerNormalization
 from pyonnxopt.fusion.rules.fuse_matmul_add_into_gemm import FuseMatmulAddIntoGemm
+from pyonnxopt.fusion.rules.fuse_partial_rotary import FusePartialRotary
 from pyonnxopt.fusion.rules.fuse_pad_into_conv import FusePadIntoConv
 from pyonnxopt.fusion.rules.fuse_quick_gelu import FuseQuickGelu
 from pyonnxopt.fusion.rules.fuse_rms_normalization import FuseRmsNormalization
@@ -38,6 +39,7 @@ BUILTIN_RULES: list = [
     FuseQuickGelu(),
     CancelReshapesAroundAdd(),  # Swin's shifted-window mask, so that its attention fuses
     FuseAttention(),
+    FusePartialRotary(),  # Phi's partial rotary: one RotaryEmbedding, for the next
     FuseRotaryHeads(),  # the head split after the rotary embedding, for the next
     FuseAttentionHeads(),  # an Attention already there (opset 23) or just made on 4-d heads
     FuseAttentionRepeatKv(),

@@ -50,7 +50,7 @@ class FuseRotaryHeads(Rule):
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         _, _, h, _ = _split(m, "x")
         rotary = m["rotary"]
-        inputs = [m["x3"], m["cos"], m["sin"]] + ([m["pos"]] if "pos" in m else [])
+        inputs = [m["x3"], m["cos"], m["sin"], m["pos"]]
         (flat,) = edit.node("RotaryEmbedding", inputs, hint=f"{rotary.name or 'rotary'}_3d")
         edit.added[-1].copy_attributes(rotary)
         edit.added[-1].set_attribute("num_heads", h)

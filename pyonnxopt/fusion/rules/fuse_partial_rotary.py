@@ -1,0 +1,89 @@
+"""fuse_partial_rotary (opset 23): a RotaryEmbedding on the first r
+channels of each head, concatenated with the rest, is one RotaryEmbedding
+with rotary_embedding_dim=r.
+
+    y = Concat(RotaryEmbedding(Slice(x, 0, r, axis=-1), cos, sin [, pos]), Slice(x, r, D, axis=-1), axis=-1)
+->  y = RotaryEmbedding(x, cos, sin [, pos], rotary_embedding_dim=r)
+
+torch's dynamo exporter writes Phi's, StableLM's and GPT-NeoX's partial
+rotary this way at opset 23 (x the [B, H, S, D] heads). The op rotates the
+first r channels of each head and passes the others through, as the
+Concat did; its caches hold r/2 channels either way. Three nodes fewer,
+and fuse_rotary_heads can then take the head split.
+
+Refuses when:
+ 1. x is not 4-d with a known head size D, or the slices are not x's
+    first r and last D - r channels (last axis, step 1);
+ 2. the RotaryEmbedding already rotates fewer than r channels, or r is odd.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pyonnxopt.fusion.pattern import Op, Var
+from pyonnxopt.fusion.rule import Edit, Match, Rule
+from pyonnxopt.fusion.values import constant_ints, dims
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def _slice(x: Var, name: str) -> Op:
+    return Op("Slice", x, Var(f"{name}_starts"), Var(f"{name}_ends"), Var(f"{name}_axes"),
+              Var(f"{name}_steps", optional=True), name=name)
+
+
+class FusePartialRotary(Rule):
+    name = "fuse_partial_rotary"
+    description = ("Concat(RotaryEmbedding(x[..., :r]), x[..., r:]) -> RotaryEmbedding(x, rotary_embedding_dim=r) "
+                   "(opset 23)")
+    min_opset = 23
+
+    def pattern(self, opset: int) -> list:
+        x = Var("x")  # both slices read it
+        rotary = Op("RotaryEmbedding", _slice(x, "rotated"), Var("cos"), Var("sin"), Var("pos", optional=True),
+                    name="rotary")
+        return [Op("Concat", rotary, _slice(x, "passed"), name="joined")]
+
+    def check(self, m: Match) -> Optional[str]:
+        x = dims(m["x"])
+        if x is None or len(x) != 4 or not isinstance(x[3], int):
+            return f"x {x} is not 4-d heads with a known head size"
+        d = x[3]
+        if m["joined"].attributes.get("axis") not in (-1, 3):
+            return "the Concat is not along the last axis"
+        r = _bounds(m, "rotated", d)
+        rest = _bounds(m, "passed", d)
+        if r is None or rest is None or r[0] != 0 or rest != (r[1], d):
+            return f"the slices are not x's first r and last {d} - r channels along the last axis, step 1"
+        r = r[1]
+        if r % 2 or not 0 < r < d:
+            return f"{r} rotated channels of {d}: not an even part of the head"
+        given = m["rotary"].attributes.get("rotary_embedding_dim", 0)
+        if given not in (0, r):
+            return f"the RotaryEmbedding already rotates {given} of its {r} channels"
+        return None
+
+    def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
+        r = _bounds(m, "rotated", dims(m["x"])[3])[1]
+        rotary = m["rotary"]
+        inputs = [m["x"], m["cos"], m["sin"], m["pos"]]
+        made = edit.replace_root("RotaryEmbedding", inputs, copy_attrs_from=rotary)
+        made.set_attribute("rotary_embedding_dim", r)
+        return None
+
+
+def _bounds(m: Match, name: str, d: int) -> Optional[tuple]:
+    """(start, end) of the Slice along x's last axis, clamped to [0, d];
+    None when it slices another axis, steps, or its operands are not constants."""
+    starts, ends, axes = (constant_ints(m[f"{name}_{k}"]) for k in ("starts", "ends", "axes"))
+    steps = constant_ints(m[f"{name}_steps"]) if m[f"{name}_steps"] is not None else [1]
+    if None in (starts, ends, axes, steps) or not (len(starts) == len(ends) == len(axes) == len(steps) == 1):
+        return None
+    if axes[0] not in (-1, 3) or steps[0] != 1:
+        return None
+
+    def clamp(i: int) -> int:
+        return max(0, min(d, i + d if i < 0 else i))
+
+    return clamp(starts[0]), clamp(min(ends[0], _INT64_MAX))
