@@ -43,6 +43,10 @@ class Model:
 
     def __init__(self, core: _core.Model):
         self._core = core
+        # A main-graph output's own name for a dim -> the symbol the last
+        # shape inference proved it is (symbolic_shapes' rule 8); the output
+        # keeps its declared name, the fusion rules read the symbol.
+        self.dim_aliases: dict = {}
 
     # ---- model fields
     @property

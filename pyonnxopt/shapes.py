@@ -105,6 +105,7 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         reason = first_line(e)
         log.warning("shape inference failed: %s", reason)
         return {"failed": reason}
+    model.dim_aliases = aliases
     typed = _write_back(inferred.graph, model.graph, update_outputs, aliases)
     return {"values_typed": typed, "dims_refined": refined} if refined else {"values_typed": typed}
 

@@ -91,13 +91,21 @@ bool Planner::unit_moves_only(const Perm& perm, const Value* v) const {
 // Transpose there costs nothing, since fuse_attention_heads then gives the
 // op the 3-d tensor and lets it split the heads. So a Transpose moves below
 // LLaMA's rotary embedding, which sits between the split and the Attention.
-// Not where that rule cannot take q, k and v: past inputs, or heads made by
-// a Concat along the sequence (a cache after the rotary), a Reshape or an
-// Expand (keys and values repeated for grouped heads) or fed in; the move
-// would gain nothing. (GPT-NeoX's partial rotary ends in a Concat along the
-// head size: that one moves.)
+// A cache's Concat(past, new keys) along the sequence, read by Attentions as
+// their keys or values only, takes it along too (the rule gives the op the
+// past as past_key). Not where that rule cannot take q, k and v: past inputs,
+// other Concats along the sequence, or heads made by a Reshape or an Expand
+// (keys and values repeated for grouped heads) or fed in; the move would
+// gain nothing. (GPT-NeoX's partial rotary ends in a Concat along the head
+// size: that one moves.)
 bool Planner::split_for_attention(const Node& n, int index, const Perm& perm) const {
   static const Perm kSplit{0, 2, 1, 3};
+  if (is_cache_concat(n)) {
+    if (index != 1 || perm != kSplit || n.outputs[0]->uses.empty()) return false;
+    for (const Use& u : n.outputs[0]->uses)
+      if (u.index < 1 || u.index > 2 || !split_for_attention(*u.node, u.index, perm)) return false;
+    return true;
+  }
   if (n.op_type.value != "Attention" || !is_standard_domain(n.domain.value) || index > 2 || perm != kSplit ||
       n.attribute("q_num_heads") || n.graph != &graph_ || default_opset(model_, graph_) < 23 || n.inputs.size() > 4)
     return false;
@@ -106,11 +114,22 @@ bool Planner::split_for_attention(const Node& n, int index, const Perm& perm) co
     if (!p) return false;
     const std::string& op = p->op_type.value;
     const Attribute* axis = op == "Concat" ? p->attribute("axis") : nullptr;
-    if ((op == "Concat" && (!axis || (axis->i.value != 3 && axis->i.value != -1))) || op == "Reshape" ||
+    const bool cache = i > 0 && is_cache_concat(*p);
+    if ((op == "Concat" && !cache && (!axis || (axis->i.value != 3 && axis->i.value != -1))) || op == "Reshape" ||
         op == "Expand" || op == "Tile")
       return false;
   }
   return true;
+}
+
+// Concat(past, new) of two 4-d inputs along axis 2, the sequence of [B, H, T, D] heads.
+bool Planner::is_cache_concat(const Node& n) const {
+  if (n.op_type.value != "Concat" || !is_standard_domain(n.domain.value) || n.inputs.size() != 2 ||
+      n.graph != &graph_ || !n.inputs[0] || !n.inputs[1])
+    return false;
+  const Attribute* axis = n.attribute("axis");
+  const std::optional<std::vector<int64_t>> dims = known_shape(n.outputs[0]);
+  return axis && dims && dims->size() == 4 && (axis->i.value == 2 || axis->i.value == -2);
 }
 
 Roles Planner::roles(const Region& region) {

@@ -63,6 +63,7 @@ class Planner {
  private:
   bool unit_moves_only(const Perm& perm, const ir::Value* v) const;
   bool split_for_attention(const ir::Node& n, int index, const Perm& perm) const;
+  bool is_cache_concat(const ir::Node& n) const;
 
   const ir::Model& model_;
   const ir::Graph& graph_;

@@ -10,6 +10,7 @@ from typing import Optional
 from pyonnxopt.errors import first_line
 from pyonnxopt.fusion.pattern import compile_pattern
 from pyonnxopt.fusion.rule import Edit, Match, Rule, node_id, opset_of
+from pyonnxopt.fusion.values import output_dim_aliases
 from pyonnxopt.model import Model
 from pyonnxopt.passes.base import PassOptions, PassResult
 
@@ -50,6 +51,11 @@ def _compiled(rule: Rule, opset: int) -> list:
 
 
 def run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
+    with output_dim_aliases(getattr(model, "dim_aliases", {})):
+        return _run_rule(rule, model, options)
+
+
+def _run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
     stats = {"nodes_removed": 0, "nodes_added": 0, "rewrites": [], "refused": [], "near_misses": []}
     opset = opset_of(model, None)
     if opset < rule.min_opset or rule.only_target not in (None, options.target):

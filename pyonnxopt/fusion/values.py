@@ -6,8 +6,10 @@ constant integer operands (axes, shapes) given as attribute or input."""
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
-from typing import Optional
+from typing import Mapping, Optional
 
 import numpy as np
 
@@ -45,9 +47,26 @@ def constant_reason(label: str, array: np.ndarray, want: float, onnx_dtype: int)
     return f"{label} is {scalar_of(array)!r}, needs {want:.7g}"
 
 
+_OUTPUT_ALIASES: ContextVar[Mapping] = ContextVar("output_aliases", default={})
+
+
+@contextmanager
+def output_dim_aliases(aliases: Mapping):
+    """While rules run on a model: its outputs' own dim names that shape
+    inference proved to be other symbols (Model.dim_aliases) read as those."""
+    token = _OUTPUT_ALIASES.set(aliases)
+    try:
+        yield
+    finally:
+        _OUTPUT_ALIASES.reset(token)
+
+
 def dims(v: Optional[Value]) -> Optional[list]:
     """The value's dims as the model states them: int, a symbol (str), or
-    None when unknown; None when not even the rank is known."""
+    None when unknown; None when not even the rank is known. A main-graph
+    output's own name for a dim reads as the symbol it provably is (a
+    TorchScript export names the present values' length `Concatv_dim_2`,
+    the keys' `Concatk_dim_2`, both the past's plus the new length)."""
     if v is None:
         return None
     if v.initializer is not None and not v.is_graph_input:
@@ -55,7 +74,9 @@ def dims(v: Optional[Value]) -> Optional[list]:
     shape = v.type.get("shape")
     if shape is None:
         return None
-    return [spelled_sum(d) if isinstance(d, str) and d else d if isinstance(d, int) else None for d in shape]
+    aliases = _OUTPUT_ALIASES.get() if v.is_graph_output and v.graph.parent is None else {}
+    return [spelled_sum(aliases.get(d, d)) if isinstance(d, str) and d else d if isinstance(d, int) else None
+            for d in shape]
 
 
 _TERM = re.compile(r"\s*([+-]?)\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*")

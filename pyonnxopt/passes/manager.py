@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from pyonnxopt.errors import PassError
+from pyonnxopt.fusion.values import output_dim_aliases
 from pyonnxopt.model import Model, load
 from pyonnxopt.passes import registry
 from pyonnxopt.passes.base import PassOptions
@@ -84,7 +85,8 @@ def run_passes(
                 progress(p.name, iteration)
             start = time.perf_counter()
             try:
-                result = p.run(model, options)
+                with output_dim_aliases(getattr(model, "dim_aliases", {})):
+                    result = p.run(model, options)
             except Exception as e:
                 raise PassError(f"pass {p.name} failed after {', '.join(done) or 'no other pass'}: {e}") from e
             seconds = time.perf_counter() - start

@@ -1,6 +1,8 @@
 """fuse_attention_heads: an opset-23 Attention on heads split and merged
 around it takes the 3-d tensors; structure, numbers, refusals."""
 
+import pytest
+
 from helpers import ops, structure
 from transformer_helpers import assert_same_outputs, fuse, near
 
@@ -92,12 +94,18 @@ def test_a_cache_concatenated_before_the_attention_becomes_its_past():
     assert_same_outputs(original, m, **TOL)
 
 
-def test_a_cache_beside_a_query_not_split_by_a_reshape_refuses():
-    # Reading a cache wants q's split too (it crashed on a KeyError once).
+def test_a_cache_beside_moved_heads_becomes_the_past_too():
+    """LLaMA's TorchScript export with a cache, at --opset 23: the rotary
+    embedding sits between the split and the Attention for q, and between
+    the split and the cache's Concat for k (here Relu stands for it)."""
     text = CACHE.replace("qr = Reshape(q3, sh)  q = Transpose", "qr = Reshape(q3, sh)  qx = Relu(qr)  q = Transpose")
-    text = text.replace("<perm = [0, 2, 1, 3]> (qr)", "<perm = [0, 2, 1, 3]> (qx)")
-    m, r, _ = run(text)
-    assert not r.modified
+    text = text.replace("kr = Reshape(k3, sh)  k = Transpose", "kr = Reshape(k3, sh)  kx = Relu(kr)  k = Transpose")
+    text = text.replace("<perm = [0, 2, 1, 3]> (qr)", "<perm = [0, 2, 1, 3]> (qx)").replace(
+        "<perm = [0, 2, 1, 3]> (kr)", "<perm = [0, 2, 1, 3]> (kx)")
+    m, r, original = run(text)
+    assert ops(m) == ["Reshape", "Relu", "Reshape", "Relu", "Reshape", "Reshape", "Attention", "Reshape"]
+    assert [i.name for i in m.graph.nodes[6].inputs][3:] == ["mask", "past_k", "past_v"]
+    assert_same_outputs(original, m, **TOL)
 
 
 def test_moved_heads_go_in_reshaped_to_3d():
@@ -133,11 +141,13 @@ def test_a_nan_guard_after_the_attention_goes_on_the_3d_output():
     assert_same_outputs(original, m, **TOL)
 
 
-def test_torch_rotary_heads_leave_no_transpose():
+@pytest.mark.parametrize("cache", [False, True])
+def test_torch_rotary_heads_leave_no_transpose(cache):
     """A LLaMA-style block (rotate_half rotary embedding, 2 key/value heads
     for 4 query heads) exported at opset 17, optimized with --opset 23:
     optimize_transposes moves each head split's Transpose below the rotary
-    ops, and this rule takes all four."""
+    ops (with a cache, into the Concat with the past keys), and this rule
+    takes all four."""
     import torch
 
     import pyonnxopt
@@ -149,7 +159,7 @@ def test_torch_rotary_heads_leave_no_transpose():
             torch.manual_seed(0)
             self.q, self.k, self.v, self.o = (torch.nn.Linear(32, n, bias=False) for n in (32, 16, 16, 32))
 
-        def forward(self, x, cos, sin):
+        def forward(self, x, cos, sin, past_k=None, past_v=None):
             b, s, _ = x.shape
 
             def heads(t, h):
@@ -160,13 +170,22 @@ def test_torch_rotary_heads_leave_no_transpose():
                 return t * cos[:, None] + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * sin[:, None]
 
             q, k, v = rotate(heads(self.q(x), 4)), rotate(heads(self.k(x), 2)), heads(self.v(x), 2)
-            k, v = (t[:, :, None].expand(b, 2, 2, s, 8).reshape(b, 4, s, 8) for t in (k, v))
+            if past_k is not None:
+                k, v = torch.cat((past_k, k), dim=2), torch.cat((past_v, v), dim=2)
+            present = (k, v)
+            t = k.shape[2]
+            k, v = (h[:, :, None].expand(b, 2, 2, t, 8).reshape(b, 4, t, 8) for h in (k, v))
             y = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # is_causal would read Shape(q)
-            return self.o(y.transpose(1, 2).reshape(b, s, 32))
+            y = self.o(y.transpose(1, 2).reshape(b, s, 32))
+            return (y, *present) if past_k is not None else y
 
     args = (torch.randn(2, 5, 32), torch.randn(1, 5, 4).repeat(1, 1, 2), torch.randn(1, 5, 4).repeat(1, 1, 2))
-    proto = export(Rotary().eval(), args, 17, input_names=["x", "cos", "sin"],
-                   dynamic_axes={"x": {0: "batch", 1: "seq"}, "cos": {1: "seq"}, "sin": {1: "seq"}})
+    names, axes = ["x", "cos", "sin"], {"x": {0: "batch", 1: "seq"}, "cos": {1: "seq"}, "sin": {1: "seq"}}
+    if cache:
+        args += (torch.randn(2, 2, 3, 8), torch.randn(2, 2, 3, 8))
+        names += ["past_k", "past_v"]
+        axes.update(past_k={0: "batch", 2: "past"}, past_v={0: "batch", 2: "past"})
+    proto = export(Rotary().eval(), args, 17, input_names=names, dynamic_axes=axes)
     m, report = pyonnxopt.optimize(proto, opset=23)
     assert ops(m).count("Attention") == 1 and "Transpose" not in ops(m)
     assert report["check"]["first_mismatch"] is None and report["check"]["samples"] == 2

@@ -989,12 +989,29 @@ def test_a_transpose_into_an_opset_23_attention_costs_nothing():
     same_numbers(before, m)
 
 
+def test_into_a_cache_an_attention_reads_as_its_keys():
+    """TorchScript LLaMA with a cache: the rotated keys go through
+    Concat(past, k) along the sequence into the Attention, which
+    fuse_attention_heads takes with the past as past_key: the Transpose
+    moves below the rotary into that Concat."""
+    tail = """kc = Concat <axis = 2> (past, r)
+    v = Transpose <perm = [0, 2, 1, 3]> (x)
+    vc = Concat <axis = 2> (past, v)
+    y = Attention(r, kc, vc)"""
+    text = ROTARY.format(out="float[B,4,S,8] y", tail=tail).replace("{\n", "<int64[1] one = {1}> {\n", 1)
+    before = parse(text.replace("float[1,S,8] cos)", "float[1,S,8] cos, float[B,4,P,8] past)"), 23)
+    m, _ = run_pass("infer_shapes", before)
+    assert get("optimize_transposes").run(m, PassOptions()).modified
+    assert ("Mul", ["x", "c_untransposed"], ["r_untransposed"]) in structure(m)
+    same_numbers(before, m)
+
+
 def test_not_into_an_attention_whose_keys_that_rule_cannot_take():
-    """Keys concatenated with a cache after the rotary (or repeated by a
-    Reshape): fuse_attention_heads would not take the heads, so the move
-    would only add the cos Reshape."""
+    """Keys concatenated along the sequence with more than a past, or
+    repeated by a Reshape: fuse_attention_heads would not take the heads, so
+    the move would only add the cos Reshape."""
     tail = """k = Transpose <perm = [0, 2, 1, 3]> (x)
-    kc = Concat <axis = 2> (past, k)
+    kc = Concat <axis = 2> (past, k, past)
     y = Attention(r, kc, kc)"""
     text = ROTARY.format(out="float[B,4,S,8] y", tail=tail).replace("{\n", "<int64[1] one = {1}> {\n", 1)
     text = text.replace("float[1,S,8] cos)", "float[1,S,8] cos, float[B,4,P,8] past)")
@@ -1002,7 +1019,7 @@ def test_not_into_an_attention_whose_keys_that_rule_cannot_take():
     r = get("optimize_transposes").run(m, PassOptions())
     assert not r.modified
     # A Concat along the head size (GPT-NeoX's partial rotary) is no cache: the move goes on.
-    text = text.replace("kc = Concat <axis = 2> (past, k)",
+    text = text.replace("kc = Concat <axis = 2> (past, k, past)",
                         "ka, kb = Split <axis = 3, num_outputs = 2> (k)  kc = Concat <axis = -1> (kb, ka)")
     before = parse(text.replace(", float[B,4,P,8] past)", ")"), 23)
     m, _ = run_pass("infer_shapes", before)

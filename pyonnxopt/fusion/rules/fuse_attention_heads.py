@@ -67,8 +67,7 @@ class FuseAttentionHeads(Rule):
 
         # A head split's Reshape first: a moved q or k takes any 4-d value.
         return [variant(masked, past, q_moved, k_moved, v_moved, guarded)
-                for q_moved, k_moved, v_moved, past, masked, guarded in itertools.product((False, True), repeat=6)
-                if not (past and (q_moved or k_moved or v_moved))]  # a cache: fuse_attention's reading wants all split
+                for q_moved, k_moved, v_moved, past, masked, guarded in itertools.product((False, True), repeat=6)]
 
     def check(self, m: Match) -> Optional[str]:
         why = guard_reason(m)
