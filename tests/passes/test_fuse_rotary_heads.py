@@ -84,3 +84,27 @@ def test_below_opset_23_it_does_not_run():
     m, r, _ = fuse("fuse_rotary_heads", BLOCK.replace("Attention <scale = 0.35>", "Identity"), opset=22,
                    full_check=False)
     assert not r.modified
+
+
+QWEN3 = BLOCK.replace("qr = Reshape(q3, qs)  q = Transpose <perm = [0, 2, 1, 3]> (qr)",
+                      "qr = Reshape(q3, qs)  qn = RMSNormalization(qr, w)  q = Transpose <perm = [0, 2, 1, 3]> (qn)")
+QWEN3 = QWEN3.replace("int64[4] qs", "float[8] w = {1.0, 0.5, 2.0, 1.5, 1.0, 0.7, 1.2, 0.9}, int64[4] qs")
+
+
+def test_heads_normalized_before_their_transpose_go_in_reshaped():
+    """Qwen3 normalizes each head between its split and the Transpose: the
+    rotary takes Reshape(x, [0, 0, H*D]), and fuse_attention_heads the rest."""
+    import pyonnxopt
+    from transformer_helpers import parse
+
+    original = parse(QWEN3, 23)
+    m, _ = pyonnxopt.optimize(original, passes=["infer_shapes", "fuse_rotary_heads", "fuse_attention_heads"])
+    assert "Transpose" not in ops(m) and ops(m).count("Attention") == 1
+    assert_same_outputs(original, m, feeds(), **TOL)
+
+
+def test_normalized_heads_beside_an_attention_on_other_inputs_refuse():
+    text = QWEN3.replace("a = Attention <scale = 0.35> (qrot, krot, v)",
+                         "vx = Relu(v)  a = Attention <scale = 0.35> (qrot, krot, vx)")
+    m, r, _ = fuse("fuse_rotary_heads", text, opset=23)
+    assert near(r, "does not read heads for q, k and v alike")
