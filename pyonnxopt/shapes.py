@@ -114,6 +114,10 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
 # fourth outputs have their first input's type and shape; onnx's inference
 # does not know them, and would stop there.
 _SHAPE_OF_INPUT = {"Gelu", "FastGelu", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"}
+# Standard ops whose output onnx 1.23's inference leaves untyped although it
+# is their first input's type and shape: everything after them would lose
+# its type (a diffusion UNet's 21 GroupNormalizations).
+_STANDARD_SHAPE_OF_INPUT = {"GroupNormalization"}
 
 
 def _stand_in_for_onnxruntime_ops(graph) -> None:
@@ -125,7 +129,8 @@ def _stand_in_for_onnxruntime_ops(graph) -> None:
 
     nodes = []
     for n in graph.node:
-        if n.domain != "com.microsoft" or n.op_type not in _SHAPE_OF_INPUT or not n.input:
+        standard = n.domain in ("", "ai.onnx") and n.op_type in _STANDARD_SHAPE_OF_INPUT
+        if not standard and (n.domain != "com.microsoft" or n.op_type not in _SHAPE_OF_INPUT) or not n.input:
             nodes.append(n)
             continue
         outs = list(n.output)

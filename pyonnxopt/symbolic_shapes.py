@@ -68,6 +68,15 @@ accepts. The rules for that:
    its encoder's states, and the decoder's cross-attention then reads its
    batch as `batch` again, not as the output's name.
 
+9. onnx's generated names (`unk__N`) take part in the arithmetic as
+   symbols: within one inference a name on two values is one dim that onnx
+   passed along. A Reshape of [B, unk__1, 64] to [B, -1, 8, 8] is [B,
+   unk__1, 8, 8] (torch's TorchScript exporter splits a UNet's H*W
+   positions into heads so), and where onnx gave a value a fresh name for
+   a dim the walk proves is another generated one, the two names become
+   one everywhere. A generated name never replaces an int or a named
+   symbol, and no name is built from one.
+
 Refused (left unknown): ops not listed, other domains, values whose rank
 onnx does not know, subgraphs and function bodies."""
 
@@ -109,6 +118,16 @@ def _dims_of(type_proto) -> Optional[list]:
 
 def _known(d) -> bool:
     return isinstance(d, int) or _is_symbol(d)
+
+
+def _generated(d) -> bool:
+    return isinstance(d, str) and d.startswith(_GENERATED)
+
+
+def _symbolic(d) -> bool:
+    """A dim the arithmetic takes (rule 9): an int, a named symbol, or one
+    of onnx's generated unk__ names."""
+    return _known(d) or _generated(d)
 
 
 class AtMost(tuple):
@@ -201,8 +220,8 @@ def broadcast_dim(a, b):
         if isinstance(other, int) or other == bounded or other == bounded[0]:
             return other  # as rule 1; and S beside min(S, N) is S
         return None
-    a = a if _known(a) else None
-    b = b if _known(b) else None
+    a = a if _symbolic(a) else None
+    b = b if _symbolic(b) else None
     if a == 1:
         return b
     if b == 1:
@@ -225,7 +244,7 @@ def broadcast(shapes: list) -> Optional[list]:
     out = []
     for i in range(rank):
         dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
-        d = dims[0] if _known(dims[0]) or _internal(dims[0]) else None
+        d = dims[0] if _symbolic(dims[0]) or _internal(dims[0]) else None
         for e in dims[1:]:
             d = broadcast_dim(d, e)
         out.append(d)
@@ -241,7 +260,7 @@ def _product(dims: list) -> Optional[tuple]:
         elif isinstance(d, Product):
             c *= d[0]
             syms += d.symbols
-        elif _known(d):
+        elif _symbolic(d):
             syms[d] += 1
         else:
             return None
@@ -252,10 +271,10 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
     out = []
     for j, e in enumerate(target):
         if isinstance(e, int) and e == 0 and not allowzero:
-            out.append(x[j] if x is not None and j < len(x) and (_known(x[j]) or _internal(x[j])) else None)
+            out.append(x[j] if x is not None and j < len(x) and (_symbolic(x[j]) or _internal(x[j])) else None)
         elif isinstance(e, int) and e == -1:
             out.append(-1)
-        elif (isinstance(e, int) and e >= 0) or _is_symbol(e):
+        elif (isinstance(e, int) and e >= 0) or _is_symbol(e) or _generated(e):
             out.append(e)
         else:
             out.append(None)
@@ -288,6 +307,8 @@ class _Walk:
         self.output_names = {v.name for v in graph.output}
         self.input_symbols = {d for v in graph.input for d in (_dims_of(v.type) or []) if _is_symbol(d)}
         self._computed_as: dict = {}  # an output's name for a dim -> the symbols the walk computed for it
+        self.links: dict = {}  # a generated name -> one it was proven equal to (rule 9)
+        self.generated_names: dict = {}  # a sum or product the walk keeps -> the generated name onnx gave it
         for v in list(graph.input) + list(graph.value_info) + list(graph.output):
             d = _dims_of(v.type)
             if d is not None and v.name not in self.dims:
@@ -331,22 +352,39 @@ class _Walk:
                     self._merge(name, mine, refined)
         return refined
 
+    def linked(self, d):
+        """A generated name as the one it was linked to (rule 9), else d."""
+        while isinstance(d, str) and d in self.links:
+            d = self.links[d]
+        return d
+
+    def canonical(self, d):
+        """As written out: `linked`, and a kept sum or product as the
+        generated name onnx gave it (rule 9)."""
+        return self.linked(self.generated_names.get(d, d) if isinstance(d, (Product, Linear)) else d)
+
     def _merge(self, name: str, mine: list, refined: dict) -> None:
-        mine = [self.names.get(m, m) if isinstance(m, Linear) else m for m in mine]
+        mine = [self.linked(self.names.get(m, m) if isinstance(m, Linear) else m) for m in mine]
         have = self.dims.get(name)
         if have is None:
             self.dims[name] = mine
             return
         if len(have) != len(mine):
             return
+        have = [self.linked(h) for h in have]
+        for h, m in zip(have, mine):
+            if _generated(h) and isinstance(m, (Product, Linear)):
+                m = self.generated_names.setdefault(m, h)
+            if _generated(h) and _generated(m) and h != m:
+                self.links[h] = m  # one dim: onnx named it twice
         for h, m in zip(have, mine):
             if _is_symbol(h) and isinstance(m, Linear):
                 self.names.setdefault(m, h)
             if name in self.output_names and _is_symbol(h) and _is_symbol(m) and h != m and h not in self.input_symbols:
                 self._computed_as.setdefault(h, set()).add(m)
         # onnx's int or named symbol stays; its generated unk__ name gives way
-        better = [h if _known(h) else (m if _known(m) or _internal(m) else h) for h, m in zip(have, mine)]
-        if any(_known(b) and not _known(h) for b, h in zip(better, have)):
+        better = [h if _known(h) else (m if _symbolic(m) or _internal(m) else h) for h, m in zip(have, mine)]
+        if any(b != h and (_known(b) or _generated(b)) and not _known(h) for b, h in zip(better, self.dims[name])):
             refined[name] = better
         self.dims[name] = better
 
@@ -394,12 +432,12 @@ class _Walk:
             end = attrs["end"].i if "end" in attrs else r
             start = max(0, min(r, start + r if start < 0 else start))
             end = max(0, min(r, end + r if end < 0 else end))
-            self.values[out] = ([x if _known(x) else None for x in d[start:end]], False)
+            self.values[out] = ([x if _symbolic(x) else None for x in d[start:end]], False)
             return
         vals = [self.value(i) if i else None for i in ins]
         if op in ("Identity",) and vals[0]:
             self.values[out] = vals[0]
-        elif op == "Cast" and vals[0] and attrs["to"].i == 7:
+        elif op == "Cast" and vals[0] and attrs["to"].i in (6, 7):  # tf2onnx computes shapes in int32
             self.values[out] = ([e if isinstance(e, int) or _is_sym_entry(e) else None for e in vals[0][0]],
                                 vals[0][1])
         elif op == "Gather" and vals[0] and vals[1] and not vals[0][1]:
@@ -740,12 +778,16 @@ def refine(graph, aliases: Optional[dict] = None) -> int:
         refined = walk.run(graph)
     if aliases is not None:
         aliases.update(found)
-    for v in graph.value_info:  # rule 8's names, as the symbols they are
+    linked = 0
+    for v in graph.value_info:  # rule 8's names, as the symbols they are; rule 9's links
         for d in v.type.tensor_type.shape.dim if v.type.HasField("tensor_type") else ():
             if d.dim_param in found:
                 d.dim_param = found[d.dim_param]
+            elif d.dim_param in walk.links and v.name not in refined:
+                d.dim_param = walk.canonical(d.dim_param)
+                linked += 1
     if not refined:
-        return 0
+        return linked
     infos = {v.name: v for v in graph.value_info}
     fixed = {v.name for v in graph.input} | {v.name for v in graph.output} | {t.name for t in graph.initializer}
     count = 0
@@ -757,11 +799,11 @@ def refine(graph, aliases: Optional[dict] = None) -> int:
             continue
         shape = vi.type.tensor_type.shape
         del shape.dim[:]
-        for d in dims:
+        for d in map(walk.canonical, dims):
             dim = shape.dim.add()
             if isinstance(d, int):
                 dim.dim_value = d
             elif isinstance(d, str) and d:
                 dim.dim_param = d
         count += 1
-    return count
+    return count + linked

@@ -91,7 +91,10 @@ def test_broadcast_rules():
     assert b([["B"], ["C"]]) == [None]     # could be either
     assert b([[None], ["S"]]) == [None]    # the unknown one could be larger
     assert b([[None], [7]]) == [7]
-    assert b([["unk__3"], [1]]) == [None]  # onnx's generated unk__ name names no dim
+    # onnx's generated unk__ names are symbols within one inference (rule 9)
+    assert b([["unk__3"], [1]]) == ["unk__3"]
+    assert b([["unk__3"], ["unk__3"]]) == ["unk__3"]
+    assert b([["unk__3"], ["unk__4"]]) == [None]
 
 
 def test_reshape_dims_rules():
@@ -590,3 +593,20 @@ def test_an_output_name_computed_two_ways_or_an_inputs_symbol_is_no_alias():
     # tgt names an input's dim: a declaration that contradicts the graph is left as it is.
     m, r = run_pass("infer_shapes", SEQ2SEQ.replace("float[enc_dim_0,enc_dim_1,8] enc", "float[batch,tgt,8] enc"))
     assert shape_of(m, "k")[1] == "tgt"
+
+
+def test_generated_names_take_part_in_the_arithmetic():
+    """Rule 9: a UNet's [B, C, H, W] flattened to positions has a length
+    onnx cannot name (H*W): its unk__ name splits into heads and comes back
+    the same, and a fresh name onnx gave the split's output links to it."""
+    m, r = run_pass("infer_shapes", """g (float[B,32,H,W] x) => (float[B,4,P,8] y) <int64[3] flat = {0, 32, -1},
+            int64[4] heads = {0, -1, 4, 8}> {
+        f = Reshape(x, flat)
+        t = Transpose <perm = [0, 2, 1]> (f)
+        h = Reshape(t, heads)
+        y = Transpose <perm = [0, 2, 1, 3]> (h)
+    }""")
+    positions = shape_of(m, "t")[1]
+    assert unknown(positions) and positions  # a generated name, not empty
+    assert shape_of(m, "h") == ["B", positions, 4, 8]
+

@@ -14,8 +14,10 @@ Reshape's 0 copies; and, when exactly one entry is still unknown and no -1
 is there, -1 (the one dim Reshape works out). Otherwise the Reshape stays.
 With allowzero=1 (torch's dynamo exporter) the rewritten Reshape takes
 allowzero=0 where a 0 copies: the copied dim is the very entry the target
-held, an empty one included. Refused: an entry whose producer is not one of
-those forms or whose count is unknown; with allowzero=1, a -1 it would add
+held, an empty one included. The arithmetic may go through Casts to int32
+and back (tf2onnx's), Gathers and Slices of shape values, and Concats.
+Refused: an entry whose producer is not one of those forms or whose count
+is unknown; with allowzero=1, a -1 it would add
 (beside an empty dim -1 is ill-defined where the original target was not)."""
 
 from __future__ import annotations
@@ -32,6 +34,17 @@ from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 _UNKNOWN = object()
 
 
+def _peeled(v):
+    """v before any Casts to int32 or int64: tf2onnx computes shapes in
+    int32, Cast(Shape(x), int32) ... Cast(target, int64). A dim past int32
+    would wrap in the original; the resolved target says what it meant."""
+    p = v.producer if v is not None else None
+    while p is not None and p.op_type == "Cast" and not p.domain and p.attributes.get("to") in (6, 7):
+        v = p.inputs[0]
+        p = v.producer if v is not None else None
+    return v
+
+
 def _shape_dims(node) -> Optional[list]:
     """The entries a Shape node produces: ("dim", tensor dims, index) each."""
     d = dims(node.inputs[0])
@@ -45,32 +58,34 @@ def _shape_dims(node) -> Optional[list]:
 
 
 def _entries(v) -> Optional[list]:
-    """The entries of a 1-D int64 value: int, a symbol (str), or _UNKNOWN;
-    None when not even their count is known."""
+    """The entries of a 1-D int64 (or int32) value: int, a symbol (str), or
+    _UNKNOWN; None when not even their count is known."""
+    v = _peeled(v)
     ints = constant_ints(v)
     if ints is not None:
         return ints
     p = v.producer
-    if p is None:
+    if p is None or p.domain:
         return None
-    if p.op_type == "Shape" and not p.domain:
+    if p.op_type == "Shape":
         return _shape_dims(p)
-    if p.op_type == "Unsqueeze" and not p.domain:
+    if p.op_type == "Unsqueeze":
         axes = attr_or_input(p, "axes", 1)
         inner = _scalar_entry(p.inputs[0])
         return [inner] if axes in ([0], [-1]) and inner is not None else _unknown_of(v)
+    if p.op_type == "Concat":
+        parts = [_entries(x) if x is not None else None for x in p.inputs]
+        return None if any(part is None for part in parts) else [e for part in parts for e in part]
     if p.op_type == "Gather":
         gathered = _gathered(p)
         return gathered if gathered is not None else _unknown_of(v)
-    if p.op_type == "Slice" and not p.domain and p.inputs[0].producer is not None \
-            and p.inputs[0].producer.op_type == "Shape" and len(p.inputs) >= 3:
-        shape = _shape_dims(p.inputs[0].producer)
+    if p.op_type == "Slice" and len(p.inputs) >= 3:
+        data = _entries(p.inputs[0]) if p.inputs[0] is not None else None
         starts, ends = constant_ints(p.inputs[1]), constant_ints(p.inputs[2])
         axes = constant_ints(p.inputs[3]) if len(p.inputs) > 3 and p.inputs[3] is not None else [0]
         steps = constant_ints(p.inputs[4]) if len(p.inputs) > 4 and p.inputs[4] is not None else [1]
-        if shape is not None and starts and ends and axes in ([0], [-1]) and steps == [1]:
-            return shape[slice(*_clamp(starts[0], ends[0], len(shape)))]
-        return _unknown_of(v)
+        if data is not None and starts and ends and axes in ([0], [-1]) and steps == [1]:
+            return data[slice(*_clamp(starts[0], ends[0], len(data)))]
     return _unknown_of(v)
 
 
@@ -81,19 +96,21 @@ def _clamp(start: int, end: int, n: int) -> tuple:
 
 
 def _gathered(p) -> Optional[list]:
-    """The entries of Gather(Shape(t), constant indices) along axis 0 (one
-    per index; a scalar index gives one), or None."""
-    src, idx = p.inputs[0].producer, constant_ints(p.inputs[1])
-    if p.domain or p.attributes.get("axis", 0) != 0 or src is None or src.op_type != "Shape" or idx is None:
+    """The entries of Gather(entries, constant indices) along axis 0 (one
+    per index; a scalar index gives one): of a Shape, or of shape
+    arithmetic on one (tf2onnx permutes a Shape through a Gather), or None."""
+    idx = constant_ints(p.inputs[1])
+    if p.domain or p.attributes.get("axis", 0) != 0 or idx is None or p.inputs[0] is None:
         return None
-    shape = _shape_dims(src)
-    if shape is None or not all(-len(shape) <= i < len(shape) for i in idx):
+    data = _entries(p.inputs[0])
+    if data is None or not all(-len(data) <= i < len(data) for i in idx):
         return None
-    return [shape[i] for i in idx]
+    return [data[i] for i in idx]
 
 
 def _scalar_entry(v):
     """A 0-d value's entry (Gather of a Shape with a scalar index)."""
+    v = _peeled(v)
     p = v.producer if v is not None else None
     if p is None or p.op_type != "Gather":
         return _UNKNOWN
@@ -144,7 +161,7 @@ class ResolveDynamicReshapes(Pass):
                 if target is None or constant_ints(target) is not None or target.producer is None:
                     continue
                 label = f"'{node_id(n)}' (Reshape)"
-                entries = self._target_entries(target)
+                entries = _entries(target)
                 if entries is None:
                     continue
                 shape, why = resolve(dims(n.inputs[0]), entries)
@@ -164,15 +181,3 @@ class ResolveDynamicReshapes(Pass):
                 stats["rewrites"].append({"what": "constant target", "consumed": [target.name], "produced": [const.name]})
         return PassResult(bool(stats["rewrites"]), stats)
 
-    @staticmethod
-    def _target_entries(target) -> Optional[list]:
-        p = target.producer
-        if p.op_type == "Concat" and not p.domain:
-            entries = []
-            for v in p.inputs:
-                part = _entries(v) if v is not None else None
-                if part is None:
-                    return None
-                entries += part
-            return entries
-        return _entries(target)

@@ -50,3 +50,16 @@ def test_a_failing_inference_is_reported_and_the_passes_go_on(monkeypatch):
     first = report.runs[0]
     assert first.name == "infer_shapes" and "broken on purpose" in first.stats["refused"][0]
     assert [n.op_type for n in m.graph.nodes] == ["Relu"]
+
+
+def test_what_follows_a_group_normalization_keeps_its_type():
+    """onnx 1.23's inference types no GroupNormalization output: without a
+    stand-in, everything after a UNet's first one lost its type (and the
+    fusions that need it) once shapes were inferred again."""
+    m, _ = run_pass("infer_shapes", parse("""g (float[N,8,4,4] x, float[8] s, float[8] b) => (float[N,8,4,4] y) {
+        g = GroupNormalization <num_groups = 2> (x, s, b)
+        r = Relu(g)
+        y = Sigmoid(r)
+    }""", 21))
+    for name in ("g", "r"):
+        assert m.graph.value(name).type.get("elem_type") == 1 and m.graph.value(name).type["shape"] == ["N", 8, 4, 4]

@@ -138,3 +138,24 @@ def test_the_zoo_form_in_the_default_pipeline():
     optimized, report = pyonnxopt.optimize(before)
     assert [n.op_type for n in optimized.graph.nodes] == ["Reshape"]
     same_at_sizes(before, optimized, [(1, 8, 2, 2), (4, 8, 2, 2)])
+
+
+def test_tf2onnx_shape_arithmetic_in_int32():
+    """tf2onnx's Flatten and Dense-on-3-d: Cast(Shape(x), int32), a Gather
+    that permutes it, Slices and a Concat with an int32 constant, then
+    Cast to int64 for the Reshape."""
+    before, m, r = run("""g (float[N,2,2,8] x) => (float[N,32] y) {
+        s = Shape(x)
+        s32 = Cast <to = 6> (s)
+        perm = Constant <value = int64[4] {0, 3, 1, 2}> ()
+        p = Gather(s32, perm)
+        z = Constant <value = int64[1] {0}> ()
+        o = Constant <value = int64[1] {1}> ()
+        b = Slice(p, z, o, z)
+        c = Constant <value = int32[1] {32}> ()
+        t32 = Concat <axis = 0> (b, c)
+        t = Cast <to = 7> (t32)
+        y = Reshape(x, t)
+    }""")
+    assert target(m) == [0, 32] and [n.op_type for n in m.graph.nodes] == ["Reshape"]
+    same_at_sizes(before, m, [(1, 2, 2, 8), (3, 2, 2, 8)])
