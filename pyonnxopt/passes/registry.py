@@ -7,6 +7,7 @@ from pyonnxopt.fusion.rules import BUILTIN_RULES
 from pyonnxopt.fusion.rules.cancel_reshapes_around_transpose import CancelReshapesAroundTranspose
 from pyonnxopt.fusion.rules.eliminate_same_shape_reshapes import EliminateSameShapeReshapes
 from pyonnxopt.passes.base import NativePass, Pass
+from pyonnxopt.passes.eliminate_zero_rnn_states import EliminateZeroRnnStates
 from pyonnxopt.passes.flatten_linear_rows import FlattenLinearRows
 from pyonnxopt.passes.fold_constants_onnxruntime import FoldConstantsOnnxruntime
 from pyonnxopt.passes.infer_shapes import InferShapes
@@ -16,14 +17,14 @@ from pyonnxopt.passes.resolve_dynamic_reshapes import ResolveDynamicReshapes
 _PASSES: dict = {name: NativePass(name, description) for name, description in _core.native_passes()}
 # Its forms hide the head split fuse_attention reads: it waits for the fusions.
 _PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].after_fusions = True
-for _p in (InferShapes(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(), MergeEqualDims(),
+for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(), MergeEqualDims(),
            EliminateSameShapeReshapes(), CancelReshapesAroundTranspose(), *BUILTIN_RULES, FlattenLinearRows()):
     _PASSES[_p.name] = _p
 
 # The default pipeline's order; passes registered later run after these.
 DEFAULT_ORDER = [
-    "infer_shapes", "eliminate_identity", "eliminate_dropout", "eliminate_nop", "simplify_algebra", "fold_constants",
-    "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "optimize_transposes",
+    "infer_shapes", "eliminate_identity", "eliminate_dropout", "eliminate_nop", "eliminate_zero_rnn_states",
+    "simplify_algebra", "fold_constants", "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "optimize_transposes",
     "collapse_reshapes", "eliminate_same_shape_reshapes", "cancel_reshapes_around_transpose",
     *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "merge_equal_dims",
     "eliminate_common_subexpressions", "eliminate_dead_code",
