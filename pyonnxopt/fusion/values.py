@@ -9,6 +9,7 @@ import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Mapping, Optional
 
 import numpy as np
@@ -47,7 +48,7 @@ def constant_reason(label: str, array: np.ndarray, want: float, onnx_dtype: int)
     return f"{label} is {scalar_of(array)!r}, needs {want:.7g}"
 
 
-_OUTPUT_ALIASES: ContextVar[Mapping] = ContextVar("output_aliases", default={})
+_OUTPUT_ALIASES: ContextVar[Mapping] = ContextVar("output_aliases", default=MappingProxyType({}))
 
 
 @contextmanager
