@@ -432,7 +432,8 @@ class _Walk:
             end = attrs["end"].i if "end" in attrs else r
             start = max(0, min(r, start + r if start < 0 else start))
             end = max(0, min(r, end + r if end < 0 else end))
-            self.values[out] = ([x if _symbolic(x) else None for x in d[start:end]], False)
+            entries = [self.canonical(x) if _internal(x) else x for x in d[start:end]]  # rule 9's names
+            self.values[out] = ([x if _symbolic(x) else None for x in entries], False)
             return
         vals = [self.value(i) if i else None for i in ins]
         if op in ("Identity",) and vals[0]:
@@ -639,7 +640,7 @@ class _Walk:
 
 
 def _is_sym_entry(e) -> bool:
-    return _is_symbol(e) or isinstance(e, Linear)
+    return _is_symbol(e) or _generated(e) or isinstance(e, Linear)
 
 
 def _as_dim(e):
@@ -661,7 +662,7 @@ def _binary(op, x, y):
         if _is_sym_entry(x) and _is_sym_entry(y):
             return ("b", True) if x == y else None
         d, i = (x, y) if _is_sym_entry(x) else (y, x)
-        nonnegative = _is_symbol(d) or d.nonnegative()
+        nonnegative = isinstance(d, str) or d.nonnegative()  # a dim's name, or a sum of them
         return ("b", False) if i < 0 and nonnegative else None
     if op == "Div":  # exact division of ints only: no rounding rule to follow
         return x // y if isinstance(x, int) and isinstance(y, int) and y and x % y == 0 else None

@@ -610,3 +610,20 @@ def test_generated_names_take_part_in_the_arithmetic():
     assert unknown(positions) and positions  # a generated name, not empty
     assert shape_of(m, "h") == ["B", positions, 4, 8]
 
+
+
+def test_a_generated_dim_read_from_a_shape_compares_with_ints():
+    """The mask expansion's Where(Equal(shape, -1), 1, shape) on a shape
+    with a generated name in it: a dim is never -1 (it once raised here,
+    and the whole inference was dropped)."""
+    m, r = run_pass("infer_shapes", """g (float[N,M,4] x) => (float y) <int64[2] flat = {0, -1},
+            int64[2] minus = {-1, -1}, int64[2] ones = {1, 1}> {
+        f = Reshape(x, flat)
+        s = Shape(f)
+        e = Equal(s, minus)
+        w = Where(e, ones, s)
+        z = ConstantOfShape(w)
+        y = ReduceSum <keepdims = 0> (z)
+    }""")
+    assert "failed" not in r.stats
+    assert shape_of(m, "z") == shape_of(m, "f") and shape_of(m, "z")[0] == "N"

@@ -107,8 +107,48 @@ Dims unsqueeze_dims(const Dims& in, const std::vector<int64_t>& axes) {
   return out;
 }
 
+// For each axis of a value in the chain, the axis of the chain's input it
+// is a copy of (a Reshape's 0 passes it on at the same index, Unsqueeze and
+// Squeeze move it along), or -1. A dim still a copy of the input's at its
+// own index can be a 0 in the collapsed target although it is unknown.
+using Origins = std::vector<int64_t>;
+
+Origins reshape_origins(const Origins& in, const std::vector<int64_t>& target, bool allowzero) {
+  Origins out;
+  for (size_t i = 0; i < target.size(); ++i)
+    out.push_back(target[i] == 0 && !allowzero && i < in.size() ? in[i] : -1);
+  return out;
+}
+
+// Origins with the axes squeezed (or, without axes, the dims of 1) left out.
+Origins squeeze_origins(const Origins& in, const Dims& in_dims, const IntList& axes) {
+  const int64_t r = static_cast<int64_t>(in.size());
+  std::vector<bool> drop(in.size(), false);
+  for (int64_t a : axes.values)
+    if (a >= -r && a < r) drop[static_cast<size_t>(a < 0 ? a + r : a)] = true;
+  if (!axes.present || axes.values.empty())
+    for (size_t i = 0; i < in.size(); ++i) drop[i] = in_dims && i < in_dims->size() && (*in_dims)[i] == 1;
+  Origins out;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!drop[i]) out.push_back(in[i]);
+  return out;
+}
+
+// Origins with -1 at the inserted axes.
+Origins unsqueeze_origins(const Origins& in, const std::vector<int64_t>& axes) {
+  const int64_t r = static_cast<int64_t>(in.size() + axes.size());
+  std::vector<bool> inserted(static_cast<size_t>(r), false);
+  for (int64_t a : axes)
+    if (a >= -r && a < r) inserted[static_cast<size_t>(a < 0 ? a + r : a)] = true;
+  Origins out;
+  size_t next = 0;
+  for (int64_t i = 0; i < r; ++i) out.push_back(inserted[static_cast<size_t>(i)] || next >= in.size() ? -1 : in[next++]);
+  return out;
+}
+
 // Where a chain stops: why, or nullptr with the node's output dims.
-const char* step(const Model& m, const Graph& g, const Node& n, const Dims& in, Dims& out, std::string& why) {
+const char* step(const Model& m, const Graph& g, const Node& n, const Dims& in, Dims& out, Origins& origins,
+                 std::string& why) {
   const std::string& op = n.op_type.value;
   auto not_constant = [&](const char* what, size_t input, const char* reason) {
     why = std::string(what) + " '" + n.inputs[input]->name + "' " + reason;
@@ -116,6 +156,7 @@ const char* step(const Model& m, const Graph& g, const Node& n, const Dims& in, 
   };
   if (op == "Flatten") {
     out = flatten_dims(in, int_attr(n, "axis", 1));
+    origins.assign(2, -1);
     return nullptr;
   }
   if (op == "Reshape") {
@@ -123,16 +164,20 @@ const char* step(const Model& m, const Graph& g, const Node& n, const Dims& in, 
     if (!shape.present) return "Reshape without shape";
     if (shape.why) return not_constant("shape", 1, shape.why);
     out = reshape_dims(in, shape.values, int_attr(n, "allowzero", 0) != 0);
+    origins = reshape_origins(origins, shape.values, int_attr(n, "allowzero", 0) != 0);
     return nullptr;
   }
   IntList axes = int_list(m, g, n, "axes", 1, 13);
   if (axes.why) return not_constant("axes", 1, axes.why);
+  const Dims before = in;
   if (op == "Squeeze") {
     out = squeeze_dims(in, axes);
+    origins = squeeze_origins(origins, before, axes);
     return nullptr;
   }
   if (!axes.present) return "Unsqueeze without axes";
   out = unsqueeze_dims(in, axes.values);
+  origins = unsqueeze_origins(origins, axes.values);
   return nullptr;
 }
 
@@ -155,20 +200,26 @@ const char* target_of(const Model& m, const Graph& g, const std::deque<Node*>& c
     }
   }
   Dims dims = known_shape(chain.front()->inputs[0]);
+  Origins origins;
+  for (size_t k = 0; dims && k < dims->size(); ++k) origins.push_back(static_cast<int64_t>(k));
   for (const Node* n : chain)
-    if (const char* r = step(m, g, *n, dims, dims, why)) return r;
+    if (const char* r = step(m, g, *n, dims, dims, origins, why)) return r;
   const Dims declared = known_shape(last.outputs[0]);
   if (dims && declared && declared->size() == dims->size())
     for (size_t i = 0; i < dims->size(); ++i)
       if ((*dims)[i] == kUnknownDim) (*dims)[i] = (*declared)[i];
   if (!dims) dims = declared;
   if (!dims) return "the output's rank is unknown";
-  const auto unknown = std::count(dims->begin(), dims->end(), kUnknownDim);
   const bool empty = std::find(dims->begin(), dims->end(), 0) != dims->end();
+  bool copies = false;  // an unknown dim that is the input's at its own index: a 0 copies it
+  if (!empty && origins.size() == dims->size())
+    for (size_t i = 0; i < dims->size(); ++i)
+      if ((*dims)[i] == kUnknownDim && origins[i] == static_cast<int64_t>(i)) (*dims)[i] = 0, copies = true;
+  const auto unknown = std::count(dims->begin(), dims->end(), kUnknownDim);
   if (unknown > 1) return "more than one dim of the output is unknown";
   if (empty && unknown) return "an empty dim beside the unknown one (-1 would be ill-defined)";
   if (empty && default_opset(m, g) < 14) return "an empty dim needs allowzero (opset >= 14)";
-  target = {*dims, empty};
+  target = {*dims, empty && !copies};
   return nullptr;
 }
 

@@ -64,13 +64,43 @@ def test_reshape_of_reshape_takes_the_last_shape():
 
 
 def test_a_zero_in_the_last_shape_is_worked_out():
-    # The 0 copies a dim of the last Reshape's input: the new Reshape has another input.
+    # The 0 copies a dim of the last Reshape's input, which the first's 0 copied from x: still a 0.
     m, r = check("""g (float[N,3,4] x) => (float[N,2,6] y) <int64[2] s1 = {0, 12}, int64[3] s2 = {0, 2, 6}> {
         a = Reshape(x, s1)
         y = Reshape(a, s2)
     }""")
     [(op, [_, shape], _)] = structure(m)
+    assert op == "Reshape" and initializer(m, shape).tolist() == [0, 2, 6]
+    # A Flatten in between makes the dim a product: the one -1.
+    m, r = check("""g (float[N,3,4] x) => (float[N,2,6] y) <int64[3] s2 = {0, 2, 6}> {
+        a = Flatten <axis = 1> (x)
+        y = Reshape(a, s2)
+    }""")
+    [(op, [_, shape], _)] = structure(m)
     assert op == "Reshape" and initializer(m, shape).tolist() == [-1, 2, 6]
+
+
+@pytest.mark.parametrize("first, last", [("0, 64, -1", "0, 8, -1"), ("0, -1, 1, 64", "0, 1, -1, 64")])
+def test_unknown_dims_a_zero_passes_along_stay_zeros(first, last):
+    """diffusers' VAE attention: two Reshapes whose 0s copy the batch
+    through both; the chain's other unknown is the one -1."""
+    a, b = first.count(",") + 1, last.count(",") + 1
+    m, r = check(f"""g (float[N,64,H,W] x) => (float y) <int64[{a}] s1 = {{{first}}}, int64[{b}] s2 = {{{last}}}> {{
+        f = Reshape(x, s1)
+        y = Reshape(f, s2)
+    }}""".replace("float y", "float[" + ",".join(["N"] + [f"d{i}" for i in range(1, b)]) + "] y"),
+                 feeds={"x": np.random.default_rng(0).standard_normal((3, 64, 2, 5)).astype(np.float32)})
+    [(op, [_, shape], _)] = structure(m)
+    assert op == "Reshape" and initializer(m, shape).tolist() == [int(e) for e in last.split(",")]
+
+
+def test_a_copied_dim_that_moved_is_not_a_zero():
+    # The Unsqueeze moves N to index 1: a 0 there would copy H.
+    m, r = run("""g (float[N,H,4] x) => (float[1,N,H,4] y) <int64[3] s = {0, 0, 4}, int64[1] zero = {0}> {
+        a = Reshape(x, s)
+        y = Unsqueeze(a, zero)
+    }""")
+    assert not r.modified and reasons(r) == ["more than one dim of the output is unknown"]
 
 
 def test_the_declared_output_shape_fills_in_what_the_chain_leaves_unknown():
