@@ -345,7 +345,7 @@ class _Walk:
             try:
                 self._values(n)
                 outputs = self._split_dims(n) if n.op_type == "Split" else [self._node_dims(n)]
-            except (ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
+            except (ValueError, IndexError, TypeError, KeyError, AttributeError, ZeroDivisionError):
                 continue
             for name, mine in zip(n.output, outputs):
                 if mine is not None and name:

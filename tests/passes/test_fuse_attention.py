@@ -71,6 +71,20 @@ def test_torch_sdpa_spelling_scales_q_and_k_and_adds_a_mask():
     assert_same_outputs(original, m, **TOL)
 
 
+def test_keys_alone_scaled_the_query_share_before_a_reshape():
+    """diffusers' single-head VAE attention scales q before the Reshape to
+    heads, K^T after: the match sees K^T's Mul alone, whose factor is the
+    scale (q's Mul stays before the op)."""
+    text = f"""g ({QKV}) => (float[2,4,5,8] y) <float c = {{0.59460354}}> {{
+        kt = Transpose <perm = [0, 1, 3, 2]> (k)  ks = Mul(kt, c)  s = MatMul(q, ks)
+        p = Softmax <axis = -1> (s)  y = MatMul(p, v)
+    }}"""
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert unguarded(m) == [("Attention", ["q", "k", "v"], ["y"])]
+    assert abs(attention_of(m).attributes["scale"] - 0.59460354) < 1e-7
+    assert_same_outputs(original, m, **TOL)
+
+
 @pytest.mark.parametrize("mask_type", ["float[2,1,5,6]", "float[1,4,5,6]", "float[4,5,6]", "float[2,4,5,6]"])
 def test_mask_shapes_onnxruntime_takes(mask_type):
     text = bhsd("s = Mul(qk, c)", f", {mask_type} mask", "m = Add(mask, s)", consts="float c = {0.35355339}")

@@ -34,7 +34,8 @@ Layouts:
       along the last axis.
 
 Scaling: s * c, s / c, q and K^T each times sqrt(c), or q alone times c
-(Swin). Masks: none, one, or two added one after the other (Swin's position
+(Swin), or K^T alone (the q side scaled before a Reshape the match does
+not see: that Mul stays). Masks: none, one, or two added one after the other (Swin's position
 bias, then in shifted blocks the windows' mask): their sum, one Add.
 
 Which op:
@@ -164,7 +165,7 @@ def _variant(layout: str, scale: str, mask: int, guard: bool, softcap: bool = Fa
         k_t = Op("Transpose", Var(k), name="k_t", attrs={"perm": perm})
     if scale in ("both", "q"):  # "q": Swin scales the queries alone
         q = Op("Mul", q, Const("scale_q"), name="q_scaled", commutative=True)
-    if scale == "both":
+    if scale in ("both", "k"):  # "k": q's share applied before a Reshape (diffusers' single-head VAE attention)
         k_t = Op("Mul", k_t, Const("scale_k"), name="k_scaled", commutative=True)
     s = Op("MatMul", q, k_t, name="scores")
     if scale == "mul":
@@ -201,7 +202,7 @@ class FuseAttention(Rule):
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
             ("3d_past", "3d", "3d_heads_t", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k", "unit_k"),
             (2, 1, 0),
-            ("mul", "div", "both", "q", "none"), (True, False))] + [
+            ("mul", "div", "both", "q", "k", "none"), (True, False))] + [
             _variant("bhsd", scale, mask, guard, softcap=True)  # Gemma 2's heads are 4-d (rotary)
             for mask, scale, guard in itertools.product((1, 0), ("mul", "div", "none"), (True, False))]
 
@@ -545,7 +546,7 @@ def _mask_dims(m: Match) -> Optional[list]:
 
 def _scale(m: Match) -> Union[float, str]:
     """The factor on Q K^T, or why it is not a scalar constant."""
-    if "scale_q" in m:
+    if "scale_q" in m or "scale_k" in m:
         parts = [scalar_of(m.array(n)) for n in ("scale_q", "scale_k") if n in m]
         if None in parts:
             return "the scale on Q or K^T is not a scalar constant"
