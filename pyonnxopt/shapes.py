@@ -296,10 +296,13 @@ _SPEC = re.compile(r"^(?P<name>.+):(?P<dims>[^:]*)$")
 
 def parse_input_shape(spec: str) -> tuple:
     """"name:1,3,640,640" -> ("name", [1, 3, 640, 640]); a dim may stay
-    symbolic by name ("name:N,3,640,640"). Raises Error on a malformed spec."""
+    symbolic by name ("name:N,3,640,640"); "name:" is a scalar (a
+    diffusion model's timestep). Raises Error on a malformed spec."""
     m = _SPEC.match(spec)
-    if not m or not m.group("dims").strip():
-        raise Error(f"--input-shape {spec!r}: expected NAME:D1,D2,... (e.g. images:1,3,640,640)")
+    if not m:
+        raise Error(f"--input-shape {spec!r}: expected NAME:D1,D2,... (e.g. images:1,3,640,640; NAME: for a scalar)")
+    if not m.group("dims").strip():
+        return m.group("name"), []
     dims: list = []
     for part in m.group("dims").split(","):
         part = part.strip()

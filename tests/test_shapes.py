@@ -19,8 +19,8 @@ DYNAMIC = """g (float[N, 3, H, W] images, int64[N, T] ids) => (float[N, 3, H, W]
 def test_specs_parse_and_bad_ones_name_the_problem():
     assert parse_input_shape("images:1,3,640,640") == ("images", [1, 3, 640, 640])
     assert parse_input_shape("a:b:N, 3") == ("a:b", ["N", 3])
-    for bad, why in [("images", "expected NAME:D1,D2"), ("images:", "expected NAME:D1,D2"),
-                     ("images:1,-3", "dim '-3'"), ("images:1,,3", "dim ''")]:
+    assert parse_input_shape("timestep:") == ("timestep", [])  # a scalar
+    for bad, why in [("images", "expected NAME:D1,D2"), ("images:1,-3", "dim '-3'"), ("images:1,,3", "dim ''")]:
         with pytest.raises(Error, match=why):
             parse_input_shape(bad)
 
@@ -175,3 +175,14 @@ def test_dims_a_later_inference_links_take_one_generated_name():
     dims = {m.graph.value(v).type["shape"][0] for v in ("b", "q", "k", "qh", "kh")}
     assert dims == {"unk__3"}  # the smallest of the model's names
     assert pyonnxopt.shapes.infer(m) == {"values_typed": 0}
+
+
+def test_a_scalar_input_given_as_name_colon():
+    """A diffusion UNet's timestep is 0-d: `--input-shape timestep:` fixes
+    it so; a 1-d one refuses with its rank."""
+    m = pyonnxopt.load(parse("""g (float[N,4] x, float t) => (float[N,4] y) { y = Mul(x, t) }"""))
+    assert fix_input_shapes(m, {"t": [], "x": [2, 4]}) == ["x", "t"]
+    assert m.graph.value("t").type["shape"] == []
+    m = pyonnxopt.load(parse("""g (float[N,4] x, float[1] t) => (float[N,4] y) { y = Mul(x, t) }"""))
+    with pytest.raises(Error, match="input 't' has rank 1, the shape given has 0 dims"):
+        fix_input_shapes(m, {"t": []})
