@@ -55,8 +55,9 @@ def upgrade(model: Model, version: int, label: str = "") -> Model:
                     "which onnx's version converter cannot convert; leave --opset out")
     for node in model.nodes(recursive=True):
         if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type):
-            raise Error(f"--opset {version}: node {node.name or '(unnamed)'} of {label} is a {node.op_type}, which is "
-                        "not an ai.onnx op, so it cannot be converted; leave --opset out")
+            raise Error(f"--opset {version}: node {node.name or '(unnamed)'} of {label} is {node.op_type}, which the "
+                        "ONNX standard does not define (the exporter wrote an op no runtime knows), so it cannot be "
+                        "converted; leave --opset out")
     proto = onnx.ModelProto.FromString(model._core.serialize_weightless(INLINE_BYTES))
     try:
         converted = version_converter.convert_version(proto, version)

@@ -129,7 +129,7 @@ def test_an_op_onnx_does_not_know_is_named():
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[2] x) => (float[2] y) { y = Frobnicate(x) }""")
     proto.graph.node[0].name = "odd"
-    with pytest.raises(Error, match="node odd of .* is a Frobnicate, which is not an ai.onnx op"):
+    with pytest.raises(Error, match="node odd of .* is Frobnicate, which the ONNX standard does not define"):
         upgrade(pyonnxopt.load(proto), 23)
 
 
