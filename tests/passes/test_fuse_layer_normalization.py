@@ -207,3 +207,30 @@ def test_reduce_mean_without_axes_that_is_a_no_op_does_not_match():
     }"""
     m, r, _ = fuse("fuse_layer_normalization", text, opset=18)
     assert not r.modified and near(r, "attribute noop_with_empty_axes is not 0")
+
+
+def keras(mean="GlobalAveragePool", x_type="float[2,5,8]", opset_axes=""):
+    """tf2onnx's Keras LayerNormalization: one scale w, one shift."""
+    reduce = f"ReduceMean <keepdims = 1{opset_axes}>" if mean == "ReduceMean" else mean
+    return f"""g ({x_type} x) => ({x_type} y) <float eps = {{1e-3}}, float[8] gamma = {{1,2,3,4,5,6,7,8}},
+            float[8] beta = {{1,0,1,0,1,0,1,0}}> {{
+        mean = {reduce} (x)  neg = Neg(mean)  d = Sub(x, mean)  sq = Mul(d, d)  var = {reduce} (sq)
+        ve = Add(var, eps)  std = Sqrt(ve)  inv = Reciprocal(std)  w = Mul(inv, gamma)
+        xw = Mul(x, w)  mw = Mul(neg, w)  shift = Add(mw, beta)  y = Add(xw, shift)
+    }}"""
+
+
+@pytest.mark.parametrize("text", [keras(), keras("ReduceMean", opset_axes=", axes = [-1]")])
+def test_keras_folded_form_from_tf2onnx(text):
+    m, r, original = fuse("fuse_layer_normalization", text, opset=17)
+    assert structure(m) == [("LayerNormalization", ["x", "gamma", "beta"], ["y"])]
+    attrs = m.graph.nodes[0].attributes
+    assert attrs["axis"] == -1 and abs(attrs["epsilon"] - 1e-3) < 1e-9
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_keras_folded_form_on_4d_averages_two_axes():
+    # A GlobalAveragePool of [B, C, H, W] averages H and W: gamma [8] is broadcast to [4, 8].
+    m, r, original = fuse("fuse_layer_normalization", keras(x_type="float[2,3,4,8]"), opset=17)
+    assert ops(m) == ["LayerNormalization"] and m.graph.nodes[0].attributes["axis"] == -2
+    assert_same_outputs(original, m, **TOL)

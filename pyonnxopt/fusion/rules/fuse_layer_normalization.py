@@ -6,6 +6,18 @@
     y    = Add(Mul(n, scale), bias)     (scale and bias each optional)
 ->  y = LayerNormalization(x, scale, bias, axis=-len(axes), epsilon=eps)
 
+tf2onnx writes Keras's LayerNormalization folded into one scale w and one
+shift, with GlobalAveragePool as the mean of a 3-d x's last axis:
+
+    mean = GlobalAveragePool(x)         (or ReduceMean over the last axes)
+    var  = GlobalAveragePool(Mul(d, d)) with d = Sub(x, mean)
+    w    = Mul(Reciprocal(Sqrt(Add(var, eps))), gamma)
+    y    = Add(Mul(x, w), Add(Mul(Neg(mean), w), beta))
+->  y = LayerNormalization(x, gamma, beta, axis=-k, epsilon=eps)
+
+(x*w - mean*w + beta is (x - mean)/std * gamma + beta; a GlobalAveragePool
+averages all axes after the second: k = rank - 2.)
+
 Both targets: opset 17 and later. onnxruntime also runs a default-domain
 LayerNormalization below 17, but onnx.checker rejects it, so we do not emit
 it; nor com.microsoft SkipLayerNormalization, with or without a residual
@@ -50,6 +62,23 @@ def _layer_norm(opset: int, x, square_by_pow: bool, div: bool, scale: bool, bias
     return out
 
 
+def _mean(x, name: str, opset: int, pool: bool) -> Op:
+    return Op("GlobalAveragePool", x, name=name) if pool else reduce_mean(x, name, opset)
+
+
+def _folded_layer_norm(opset: int, x, pool: bool) -> Op:
+    """tf2onnx's Keras LayerNormalization: one scale w, one shift."""
+    mean = _mean(x, "mean", opset, pool)
+    d = Op("Sub", x, mean, name="centered")
+    var = _mean(Op("Mul", d, d, name="square"), "variance", opset, pool)
+    inv = Op("Reciprocal", Op("Sqrt", Op("Add", var, Const("eps"), name="plus_eps", commutative=True), name="std"),
+             name="inv_std")
+    w = Op("Mul", inv, Const("scale"), name="scaled", commutative=True)
+    shift = Op("Add", Op("Mul", Op("Neg", mean, name="neg_mean"), w, name="mean_scaled", commutative=True),
+               Const("bias"), name="shift", commutative=True)
+    return Op("Add", Op("Mul", x, w, name="x_scaled", commutative=True), shift, name="shifted", commutative=True)
+
+
 class FuseLayerNormalization(Rule):
     name = "fuse_layer_normalization"
     description = "ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div [* scale + bias] -> LayerNormalization (opset 17)"
@@ -58,14 +87,14 @@ class FuseLayerNormalization(Rule):
         # Largest first: scale and bias join the fused op whenever they can.
         tails = [(True, True), (True, False), (False, True), (False, False)]
         return [_layer_norm(opset, Var("x"), by_pow, div, scale, bias)
-                for (scale, bias), by_pow, div in itertools.product(tails, (True, False), (True, False))]
+                for (scale, bias), by_pow, div in itertools.product(tails, (True, False), (True, False))] + [
+                _folded_layer_norm(opset, Var("x"), pool) for pool in (True, False)]
 
     def check(self, m: Match) -> Optional[str]:
         why = opset_reason("LayerNormalization", m.opset)
         if why:
             return why
-        shape = m.shape("x")
-        k = trailing_axes(m, None if shape is None else len(shape), "mean", "variance")
+        k = _normalized_axes(m)
         if isinstance(k, str):
             return k
         eps = epsilon(m)
@@ -79,11 +108,22 @@ class FuseLayerNormalization(Rule):
                                                                     m.dtype("x") or m.dtype("eps"))
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        shape = m.shape("x")
-        k = trailing_axes(m, None if shape is None else len(shape), "mean", "variance")
+        k = _normalized_axes(m)
         inputs = [m["x"], affine_input(m, edit, "scale", k, 1.0)]
         bias = affine_input(m, edit, "bias", k, None)
         if bias is not None:
             inputs.append(bias)
         edit.replace_root("LayerNormalization", inputs, {"axis": -k, "epsilon": epsilon(m)})
         return None
+
+
+def _normalized_axes(m: Match):
+    """How many trailing axes the means reduce, or why that is not so: a
+    GlobalAveragePool all after the second."""
+    shape = m.shape("x")
+    rank = None if shape is None else len(shape)
+    if m["mean"].op_type != "GlobalAveragePool":
+        return trailing_axes(m, rank, "mean", "variance")
+    if rank is None or rank < 3:
+        return f"x's rank {rank} is not known to be 3 or more (GlobalAveragePool averages the axes after the second)"
+    return rank - 2
