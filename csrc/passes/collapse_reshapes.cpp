@@ -211,8 +211,11 @@ const char* target_of(const Model& m, const Graph& g, const std::deque<Node*>& c
   if (!dims) dims = declared;
   if (!dims) return "the output's rank is unknown";
   const bool empty = std::find(dims->begin(), dims->end(), 0) != dims->end();
-  bool copies = false;  // an unknown dim that is the input's at its own index: a 0 copies it
-  if (!empty && origins.size() == dims->size())
+  // Unknown dims that are the input's at their own index become 0s (copies)
+  // where -1 cannot stand for them all; a single unknown stays the -1, which
+  // later passes may rewire (flatten_linear_rows feeds the rows to it).
+  bool copies = false;
+  if (!empty && origins.size() == dims->size() && std::count(dims->begin(), dims->end(), kUnknownDim) > 1)
     for (size_t i = 0; i < dims->size(); ++i)
       if ((*dims)[i] == kUnknownDim && origins[i] == static_cast<int64_t>(i)) (*dims)[i] = 0, copies = true;
   const auto unknown = std::count(dims->begin(), dims->end(), kUnknownDim);
