@@ -306,6 +306,8 @@ class _Walk:
         self.input_names = {v.name for v in graph.input}
         self.output_names = {v.name for v in graph.output}
         self.input_symbols = {d for v in graph.input for d in (_dims_of(v.type) or []) if _is_symbol(d)}
+        # tf2onnx declares unknown input dims as unk__N: the model's own names, stable across inferences
+        self.declared_generated = frozenset(d for v in graph.input for d in (_dims_of(v.type) or []) if _generated(d))
         self._computed_as: dict = {}  # an output's name for a dim -> the symbols the walk computed for it
         self.links: dict = {}  # a generated name -> one it was proven equal to (rule 9)
         self.generated_names: dict = {}  # a sum or product the walk keeps -> the generated name onnx gave it
@@ -535,7 +537,7 @@ class _Walk:
             tb = attrs["transB"].i if "transB" in attrs else 0
             return [d[0][1 if ta else 0], d[1][0 if tb else 1]]
         if op in ("Conv", "MaxPool", "AveragePool", "LpPool") and d and d[0] is not None and len(d[0]) >= 3:
-            return _window_dims(op, d, attrs)
+            return _window_dims(op, d, attrs, self.declared_generated)
         if op == "Attention" and len(d) >= 3 and d[0] is not None and d[2] is not None:
             return _attention_dims(d[0], d[2], attrs)
         if op == "Transpose" and d[0] is not None:
@@ -678,7 +680,7 @@ def _binary(op, x, y):
     return None
 
 
-def _window_dims(op: str, d: list, attrs) -> Optional[list]:
+def _window_dims(op: str, d: list, attrs, stable: frozenset = frozenset()) -> Optional[list]:
     """A Conv's or pool's output dims (rule 7): batch, channels (Conv: W's
     first dim), and each spatial dim from its input's, the kernel, stride,
     dilation and pads."""
@@ -698,33 +700,35 @@ def _window_dims(op: str, d: list, attrs) -> Optional[list]:
     out = [x[0], (w[0] if w else None) if op == "Conv" else x[1]]
     for i in range(spatial):
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            out.append(_ceil_div(x[2 + i], strides[i]))
+            out.append(_ceil_div(x[2 + i], strides[i], stable))
             continue
         begin, end = (pads[i], pads[spatial + i]) if auto_pad == "NOTSET" else (0, 0)
-        out.append(_window_dim(x[2 + i], begin + end - dilations[i] * (kernel[i] - 1) - 1, strides[i]))
+        out.append(_window_dim(x[2 + i], begin + end - dilations[i] * (kernel[i] - 1) - 1, strides[i], stable))
     return out
 
 
-def _window_dim(size, offset: int, stride: int):
+def _window_dim(size, offset: int, stride: int, stable: frozenset = frozenset()):
     """floor((size + offset) / stride) + 1 for an int or a symbol: the
     symbol itself or a Linear for stride 1, else a symbol named by that
     formula, so that two windows of the same arithmetic on the same dim
-    (a ResNet block's strided 3x3 and its 1x1 shortcut) give the same dim."""
+    (a ResNet block's strided 3x3 and its 1x1 shortcut) give the same dim.
+    `stable`: generated names a graph input declares, which may be named
+    from too."""
     if isinstance(size, int) and not isinstance(size, bool):
         return (size + offset) // stride + 1 if size + offset >= 0 and stride > 0 else None
-    if not _is_symbol(size) or stride < 1:
+    if not (_is_symbol(size) or size in stable) or stride < 1:
         return None
     if stride == 1:
-        return _linear_sum(size, offset + 1)
+        return size if offset == -1 else _linear_sum(size, offset + 1)
     if size.startswith("floor(") and size.endswith(")+1"):  # a name of this rule: fold its +1 in
         size, offset = size[:-2], offset + 1
     return f"floor(({size}{offset:+d})/{stride})+1" if offset else f"floor({size}/{stride})+1"
 
 
-def _ceil_div(size, stride: int):
+def _ceil_div(size, stride: int, stable: frozenset = frozenset()):
     if isinstance(size, int) and not isinstance(size, bool):
         return -(-size // stride) if stride > 0 else None
-    if not _is_symbol(size) or stride < 1:
+    if not (_is_symbol(size) or size in stable) or stride < 1:
         return None
     return size if stride == 1 else f"ceil({size}/{stride})"
 

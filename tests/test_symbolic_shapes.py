@@ -627,3 +627,18 @@ def test_a_generated_dim_read_from_a_shape_compares_with_ints():
     }""")
     assert "failed" not in r.stats
     assert shape_of(m, "z") == shape_of(m, "f") and shape_of(m, "z")[0] == "N"
+
+
+def test_windows_of_generated_names_a_graph_input_declares():
+    """tf2onnx declares unknown input dims as unk__N: they are the model's
+    own names, so a strided Conv's output dim is named from them (and a
+    ResNet block's 1x1 shortcut gets the same name as its 3x3 path)."""
+    m, _ = run_pass("infer_shapes", """g (float[unk__1,8,unk__2,unk__3] x) => (float y) <float[8,8,3,3] w3 = {...},
+            float[8,8,1,1] w1 = {...}> {
+        a = Conv <strides = [2, 2], pads = [1, 1, 1, 1]> (x, w3)
+        b = Conv <strides = [2, 2]> (x, w1)
+        c = Add(a, b)
+        y = ReduceSum <keepdims = 0> (c)
+    }""".replace("{...}", "{" + ",".join(["0.1"] * 576) + "}", 1).replace("{...}", "{" + ",".join(["0.1"] * 64) + "}"))
+    a, b = shape_of(m, "a"), shape_of(m, "b")
+    assert a == b == ["unk__1", 8, "floor((unk__2-1)/2)+1", "floor((unk__3-1)/2)+1"]

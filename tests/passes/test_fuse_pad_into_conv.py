@@ -190,3 +190,21 @@ def test_refuses_a_pool_without_its_kernel_shape():
     text = IO + "<int64[8] p = {0, 0, 1, 1, 0, 0, 1, 1}, float v = {-inf}> { t = Pad (x, p, v)  y = MaxPool (t) }"
     m, r = run_rule(RULE, with_weights(text), shapes=False, valid=False)
     assert not r.modified and near_misses(r) == ["MaxPool kernel_shape [] does not fit its 2 spatial axes"]
+
+
+@pytest.mark.parametrize("producer", ["r = Relu(x)", "r = Sigmoid(x)",
+                                      "lo = Constant <value = float {0.0}> ()  r = Clip(x, lo)"])
+def test_a_zero_pad_into_max_pool_where_the_input_is_never_negative(producer):
+    """Keras's ZeroPadding2D before a ResNet's MaxPool, after a Relu: a 0
+    pad and a -inf pad give the same maxima (every window keeps an input
+    element)."""
+    text = IO + PAD + " { " + producer + "  t = Pad (r, p)  y = MaxPool <kernel_shape = [3, 3], strides = [2, 2]> (t) }"
+    m, r = fused(with_weights(text, 17))
+    assert [n.op_type for n in m.graph.nodes][-1] == "MaxPool"
+    assert list(m.graph.nodes[-1].attributes["pads"]) == [1, 1, 1, 1]
+
+
+def test_a_zero_pad_into_max_pool_after_a_clip_that_may_go_negative_refuses():
+    text = IO + PAD + " { lo = Constant <value = float {-1.0}> ()  r = Clip(x, lo)  t = Pad (r, p)  " \
+        "y = MaxPool <kernel_shape = [3, 3]> (t) }"
+    assert refusal(text) == ["the Pad's value is 0, not -inf: MaxPool pads with the lowest value"]

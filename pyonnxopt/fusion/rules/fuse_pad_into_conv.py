@@ -16,7 +16,9 @@ Refuses when:
    by two Convs);
 2. the Pad's mode is not "constant";
 3. the pad value is not 0 (Conv, AveragePool), or not -inf (MaxPool: a 0
-   pad would win over negative inputs);
+   pad would win over negative inputs; but 0 where the input is provably
+   >= 0, a Relu's, Sigmoid's or Clip(min >= 0)'s: Keras's ZeroPadding2D
+   before a ResNet's MaxPool);
 4. the pads touch the batch or channel axis, or are negative (a crop);
 5. the consumer's auto_pad is not NOTSET;
 6. AveragePool does not count the padding (count_include_pad=0, or opset
@@ -157,9 +159,38 @@ def _value_refusal(m: Match) -> Optional[str]:
     code = m.dtype("x") or m.dtype("pad")
     integer = bool(code) and np.dtype(helper.tensor_dtype_to_np_dtype(code)).kind in "iu"
     lowest = np.iinfo(helper.tensor_dtype_to_np_dtype(code)).min if integer else -np.inf
-    if value != lowest:
+    if value != lowest and not (value == 0 and _nonnegative(m["x"])):
         return f"the Pad's value is {value}, not {lowest}: MaxPool pads with the lowest value"
     return None
+
+
+def _nonnegative(v) -> bool:
+    """v is provably >= 0 (a Relu's output, Keras's ZeroPadding2D before a
+    MaxPool): padding it with 0 or with -inf gives the same maxima, as
+    every window keeps an element of v (refusal 7)."""
+    p = v.producer if v is not None else None
+    if p is None:
+        return False
+    if p.domain in ("", "ai.onnx") and p.op_type in ("Relu", "Sigmoid", "Softplus", "Abs", "Exp"):
+        return True
+    if p.domain == "com.microsoft" and p.op_type == "FusedConv":
+        return p.attributes.get("activation") in ("Relu", b"Relu", "Sigmoid", b"Sigmoid")
+    if p.domain in ("", "ai.onnx") and p.op_type == "Clip":
+        low = p.inputs[1] if len(p.inputs) > 1 else None
+        if low is None:
+            return float(p.attributes.get("min", -np.inf)) >= 0  # before opset 11
+        value = _constant(low)
+        return value is not None and value.size == 1 and float(value.reshape(-1)[0]) >= 0
+    return False
+
+
+def _constant(v) -> Optional[np.ndarray]:
+    """An initializer's (not a graph input's) or a Constant node's value."""
+    if v.initializer is not None and not v.is_graph_input:
+        return v.initializer.numpy()
+    p = v.producer
+    value = p.attributes.get("value") if p is not None and p.op_type == "Constant" and not p.domain else None
+    return value.numpy() if value is not None and hasattr(value, "numpy") else None
 
 
 def _combined(consumer, added: list) -> list:
