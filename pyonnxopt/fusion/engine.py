@@ -51,7 +51,7 @@ def _compiled(rule: Rule, opset: int) -> list:
 
 
 def run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
-    with output_dim_aliases(getattr(model, "dim_aliases", {})):
+    with output_dim_aliases(model.dim_aliases):
         return _run_rule(rule, model, options)
 
 

@@ -130,6 +130,17 @@ def broadcasts_into(small: Optional[list], big: Optional[list]) -> bool:
     return all(s == 1 or same_dim(s, b) for s, b in zip(reversed(small), reversed(big)))
 
 
+def constant_array(v: Optional[Value]) -> Optional[np.ndarray]:
+    """An initializer's (not a graph input's) or a Constant node's value, or None."""
+    if v is None:
+        return None
+    if v.initializer is not None:
+        return None if v.is_graph_input else v.initializer.numpy()
+    p = v.producer
+    value = p.attributes.get("value") if p is not None and p.op_type == "Constant" and not p.domain else None
+    return value.numpy() if value is not None and hasattr(value, "numpy") else None
+
+
 def constant_ints(v: Optional[Value]) -> Optional[list]:
     """A constant integer initializer's values (not a graph input), or None."""
     if v is None or v.initializer is None or v.is_graph_input or v.initializer.data_type not in (6, 7):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from pyonnxopt.fusion.rule import node_id
+from pyonnxopt.fusion.values import constant_array
 from pyonnxopt.model import Model
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 
@@ -29,17 +30,15 @@ def all_zero(v, depth: int = 0) -> bool:
     """Whether every element of v is provably 0."""
     if v is None or v.is_graph_input or depth > 16:
         return False
-    if v.initializer is not None:
-        return not np.any(v.initializer.numpy())
+    value = constant_array(v)
+    if value is not None:
+        return not np.any(value)
     p = v.producer
     if p is None or p.domain not in ("", "ai.onnx"):
         return False
     if p.op_type == "ConstantOfShape":
         value = p.attributes.get("value")
         return value is None or not np.any(value.numpy())
-    if p.op_type == "Constant":
-        value = p.attributes.get("value")
-        return value is not None and hasattr(value, "numpy") and not np.any(value.numpy())
     if p.op_type in _SAME_VALUES:
         return all_zero(p.inputs[0], depth + 1)
     if p.op_type == "Concat":

@@ -85,7 +85,7 @@ def run_passes(
                 progress(p.name, iteration)
             start = time.perf_counter()
             try:
-                with output_dim_aliases(getattr(model, "dim_aliases", {})):
+                with output_dim_aliases(model.dim_aliases):
                     result = p.run(model, options)
             except Exception as e:
                 raise PassError(f"pass {p.name} failed after {', '.join(done) or 'no other pass'}: {e}") from e

@@ -40,23 +40,24 @@ def test_tf2onnx_zeros_sized_from_the_batch_go():
     assert r.modified and all(v is None for v in lstm.inputs[5:]) and [n.op_type for n in m.graph.nodes] == ["LSTM"]
 
 
-@pytest.mark.parametrize("state", ["h0 = ConstantOfShape <value = float[1] {0.0}> (sh)",
-                                   "h0 = ConstantOfShape(sh)"])
-def test_constant_of_shape_zeros_go(state):
-    m, r = run(f"""g (float[T,2,3] x) => (float[T,1,2,8] y) <{GW}, int64[3] sh = {{1, 2, 8}}> {{
+def gru(state):
+    return run(f"""g (float[T,2,3] x) => (float[T,1,2,8] y) <{GW}, int64[3] sh = {{1, 2, 8}}> {{
         {state}
         y, yh = GRU <hidden_size = 8> (x, W, R, , , h0)
     }}""")
+
+
+@pytest.mark.parametrize("state", ["h0 = ConstantOfShape <value = float[1] {0.0}> (sh)",
+                                   "h0 = ConstantOfShape(sh)"])
+def test_constant_of_shape_zeros_go(state):
+    m, r = gru(state)
     assert r.modified and [n.op_type for n in m.graph.nodes] == ["GRU"]
 
 
 @pytest.mark.parametrize("state", ["h0 = ConstantOfShape <value = float[1] {0.5}> (sh)",
                                    "one = Constant <value = float {1.0}> ()  h0 = Expand(one, sh)"])
 def test_other_states_stay(state):
-    m, r = run(f"""g (float[T,2,3] x) => (float[T,1,2,8] y) <{GW}, int64[3] sh = {{1, 2, 8}}> {{
-        {state}
-        y, yh = GRU <hidden_size = 8> (x, W, R, , , h0)
-    }}""")
+    m, r = gru(state)
     assert not r.modified
 
 

@@ -652,16 +652,29 @@ def _layout_past(m: Match) -> Union[tuple, str]:
     if isinstance(bhst, str):
         return bhst
     b, h, s, _ = bhst
+    why = past_reason(m, _split(m, "k"), _split(m, "v"))
+    if why:
+        return why
     present = dims(m["k_present"].outputs[0])
-    for name, new in (("k", _split(m, "k")), ("v", _split(m, "v"))):
+    if present is None or len(present) != 4:
+        return "the past keys and values do not provably share their length"
+    return b, h, s, present[2]
+
+
+def past_reason(m: Match, k: tuple, v: tuple) -> Optional[str]:
+    """Why the cache is not Attention's past_key/past_value, given the new
+    k and v heads [B, T, Hkv, D]: each Concat along the sequence of a past
+    [B, Hkv, P, D] and the new heads, the two pasts of one length; else None."""
+    for name, new in (("k", k), ("v", v)):
         concat, past = m[f"{name}_present"], dims(m[f"past_{name}"])
         if concat.attributes.get("axis") not in (2, -2):
             return f"the present {name} is not concatenated along the sequence"
-        if past is None or len(past) != 4 or not (same_dim(past[0], b) and past[1] == h and past[3] == new[3]):
+        if past is None or len(past) != 4 or not (same_dim(past[0], new[0]) and past[1] == new[2]
+                                                  and past[3] == new[3]):
             return f"the past {name} {past} is not [B, H, P, D] of the new one's {list(new)}"
-    if not same_dim(dims(m["past_k"])[2], dims(m["past_v"])[2]) or present is None or len(present) != 4:
+    if not same_dim(dims(m["past_k"])[2], dims(m["past_v"])[2]):
         return "the past keys and values do not provably share their length"
-    return b, h, s, present[2]
+    return None
 
 
 def _layout_seq_first(m: Match) -> Union[tuple, str]:

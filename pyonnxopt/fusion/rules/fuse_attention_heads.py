@@ -43,7 +43,8 @@ import numpy as np
 
 from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
-from pyonnxopt.fusion.rules.fuse_attention import SPLIT, _heads, _merge, _split, guard_inputs, guard_reason, nan_guard
+from pyonnxopt.fusion.rules.fuse_attention import (SPLIT, _heads, _merge, _split, guard_inputs, guard_reason, nan_guard,
+                                                    past_reason)
 from pyonnxopt.fusion.values import dims, same_dim
 
 
@@ -117,29 +118,13 @@ def _heads_of(m: Match) -> Union[tuple, str]:
     if q[2] % k[2]:
         return f"{q[2]} query heads are not a multiple of {k[2]} key/value heads"
     if "past_k" in m:
-        why = _past_reason(m, k, v)
+        why = past_reason(m, k, v)
         if why:
             return why
     if _merge(m, q, v) is None:
         return ("the head merge's result is not [B, S, H*Dv] and its shape may have a 0 (copy a dim) past its "
                 "second entry")
     return q[2], k[2]
-
-
-def _past_reason(m: Match, k: tuple, v: tuple) -> Optional[str]:
-    """Why the cache is not Attention's past_key/past_value: each Concat
-    along the sequence of a past [B, Hkv, P, D] and the new heads, the two
-    pasts of one length; else None."""
-    for name, new in (("k", k), ("v", v)):
-        concat, past = m[f"{name}_present"], dims(m[f"past_{name}"])
-        if concat.attributes.get("axis") not in (2, -2):
-            return f"the present {name} is not concatenated along the sequence"
-        if past is None or len(past) != 4 or not (same_dim(past[0], new[0]) and past[1] == new[2]
-                                                  and past[3] == new[3]):
-            return f"the past {name} {past} is not [B, H, P, D] of the new one's {list(new)}"
-    if not same_dim(dims(m["past_k"])[2], dims(m["past_v"])[2]):
-        return "the past keys and values do not provably share their length"
-    return None
 
 
 def _moved(name: str) -> Op:

@@ -40,6 +40,7 @@ import numpy as np
 from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.rules._channels import attribute
+from pyonnxopt.fusion.values import constant_array
 
 
 class FusePadIntoConv(Rule):
@@ -179,18 +180,10 @@ def _nonnegative(v) -> bool:
         low = p.inputs[1] if len(p.inputs) > 1 else None
         if low is None:
             return float(p.attributes.get("min", -np.inf)) >= 0  # before opset 11
-        value = _constant(low)
+        value = constant_array(low)
         return value is not None and value.size == 1 and float(value.reshape(-1)[0]) >= 0
     return False
 
-
-def _constant(v) -> Optional[np.ndarray]:
-    """An initializer's (not a graph input's) or a Constant node's value."""
-    if v.initializer is not None and not v.is_graph_input:
-        return v.initializer.numpy()
-    p = v.producer
-    value = p.attributes.get("value") if p is not None and p.op_type == "Constant" and not p.domain else None
-    return value.numpy() if value is not None and hasattr(value, "numpy") else None
 
 
 def _combined(consumer, added: list) -> list:
