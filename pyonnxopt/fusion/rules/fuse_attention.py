@@ -238,7 +238,8 @@ class FuseAttention(Rule):
             if v[1] != bhst[1]:  # Falcon's one key/value head, which MatMul broadcasts
                 return f"MultiHeadAttention takes as many key/value heads as query heads ({v[1]}, not {bhst[1]})"
             if q[3] != v[3]:  # LeViT's values are 4x wider than its keys
-                return f"MultiHeadAttention takes 4-d keys and values of one shape; v's head size {v[3]} is not k's {q[3]}"
+                return (f"MultiHeadAttention takes 4-d keys and values of one shape; v's head size {v[3]} is not "
+                        f"k's {q[3]}")
         if "mask" in m:
             why = _mask_reason(_mask_dims(m), bhst, _query_count(m, bhst[2]) is not None)
             if why:
