@@ -29,6 +29,12 @@ TANH_BODY = {
     # F.gelu(approximate="tanh") through TorchScript: x * x * x, constants first
     "torch_tanh": """q = Mul(x, x)  c = Mul(x, q)  t = Mul(k, c)  i = Add(x, t)  u = Mul(s, i)  th = Tanh(u)
                      a = Add(one, th)  p = Mul(x, a)  y = Mul(half, p)""",
+    # Hugging Face's FastGELUActivation: tanh(x * sqrt(2/pi) * (1 + 0.044715 * x * x))
+    "factored": """h = Mul(x, half)  u = Mul(x, s)  c = Mul(x, k)  q = Mul(c, x)  i = Add(q, one)  v = Mul(u, i)
+                   th = Tanh(v)  a = Add(th, one)  y = Mul(h, a)""",
+    # the same with x * x first and the scale last
+    "factored_square_first": """q = Mul(x, x)  c = Mul(q, k)  i = Add(one, c)  u = Mul(x, i)  v = Mul(u, s)
+                                th = Tanh(v)  a = Add(th, one)  p = Mul(x, a)  y = Div(p, two)""",
 }
 CONSTS = ("<float s2 = {1.4142135}, float r2 = {0.70710677}, float one = {1.0}, float half = {0.5}, float two = {2.0}, "
           "float three = {3.0}, float k = {0.044715}, float s = {0.7978846}>")
@@ -163,6 +169,20 @@ class _GeluTanh:
         return M()
 
 
+class _FastGeluFactored:
+    """Hugging Face's FastGELUActivation."""
+
+    @staticmethod
+    def module():
+        import torch
+
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+        return M()
+
+
 @pytest.mark.parametrize("opset, dynamo, target, op", [
     (20, False, "onnx", "Gelu"), (17, False, "ort", "FastGelu"),
     pytest.param(18, True, "ort", "FastGelu", marks=pytest.mark.slow),
@@ -170,9 +190,10 @@ class _GeluTanh:
 def test_torch_exports(opset, dynamo, target, op):
     import torch
 
-    proto = export(_GeluTanh.module(), (torch.randn(2, 5, 16),), opset, dynamo=dynamo)
-    m, report = optimized(proto, target)
-    assert ops(m) == [op] and report["check"]["first_mismatch"] is None
+    for module in (_GeluTanh.module(), _FastGeluFactored.module()):
+        proto = export(module, (torch.randn(2, 5, 16),), opset, dynamo=dynamo)
+        m, report = optimized(proto, target)
+        assert ops(m) == [op] and report["check"]["first_mismatch"] is None
 
 
 def test_torch_erf_at_opset_17_for_ort():

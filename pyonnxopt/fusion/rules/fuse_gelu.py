@@ -3,6 +3,8 @@
     erf form   y = x * 0.5 * (1 + Erf(x / sqrt(2)))               (or x * 0.7071...)
     tanh form  y = x * 0.5 * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
                                                            (x^3 as Pow(x, 3) or x*x*x)
+               or factored: Tanh(x * sqrt(2/pi) * (1 + 0.044715 * x * x))
+                                                           (Hugging Face's FastGELUActivation)
 ->  target onnx: Gelu(x) (approximate "none" / "tanh"), opset 20 and later
     target ort:  com.microsoft Gelu(x) / FastGelu(x), any opset
 
@@ -51,6 +53,17 @@ def _tanh_core(x: Var, cube_by_pow: bool) -> Op:
     return Op("Add", Op("Tanh", arg, name="tanh"), Const("one"), name="plus_one", commutative=True)
 
 
+def _factored_tanh_core(x: Var, square_first: bool, scale_first: bool) -> Op:
+    """1 + Tanh(x * k * (1 + c * x * x)), with c * x * x as (x * c) * x or (x * x) * c
+    and the product as (x * k) * (...) or (x * (...)) * k."""
+    square = _mul(_mul(x, x, "square"), Const("c_cubic"), "cubic_term") if square_first \
+        else _mul(_mul(x, Const("c_cubic"), "cx"), x, "cubic_term")
+    factor = Op("Add", square, Const("one_inner"), name="inner", commutative=True)
+    arg = _mul(_mul(x, Const("k_tanh"), "kx"), factor, "tanh_arg") if scale_first \
+        else _mul(_mul(x, factor, "x_factor"), Const("k_tanh"), "tanh_arg")
+    return Op("Add", Op("Tanh", arg, name="tanh"), Const("one"), name="plus_one", commutative=True)
+
+
 def _products(x: Var, core: Op) -> list:
     """x * 0.5 * core in its associations, and (x * core) / 2."""
     return [
@@ -73,6 +86,9 @@ class FuseGelu(Rule):
         for by_pow, outer in itertools.product((True, False), range(4)):
             x = Var("x")
             variants.append(_products(x, _tanh_core(x, by_pow))[outer])
+        for square_first, scale_first, outer in itertools.product((True, False), (True, False), range(4)):
+            x = Var("x")
+            variants.append(_products(x, _factored_tanh_core(x, square_first, scale_first))[outer])
         return variants
 
     def check(self, m: Match) -> Optional[str]:
@@ -80,7 +96,7 @@ class FuseGelu(Rule):
         dtype = m.dtype("x") or m.dtype("one")
         wanted = {"one": 1.0, "half": 0.5, "two": 2.0}
         if tanh:
-            wanted.update(three=3.0, c_cubic=TANH_CUBIC, k_tanh=SQRT_2_OVER_PI)
+            wanted.update(three=3.0, c_cubic=TANH_CUBIC, k_tanh=SQRT_2_OVER_PI, one_inner=1.0)
         else:
             wanted["c_erf"] = SQRT2 if m["erf_arg"].op_type == "Div" else 1 / SQRT2
         rank = None if m.shape("x") is None else len(m.shape("x"))
