@@ -43,8 +43,11 @@ std::string Tensor::external_key(const char* key) const {
 }
 
 std::string Node::display_name() const {
-  std::string out = "'" + name.value + "' (" + (domain.value.empty() ? "" : domain.value + "::") + op_type.value + ")";
-  return out;
+  const std::string op = (domain.value.empty() ? "" : domain.value + "::") + op_type.value;
+  if (name.value.empty())  // unnamed: the value it writes says which node
+    for (const Value* v : outputs)
+      if (v) return op + " writing '" + v->name + "'";
+  return "'" + name.value + "' (" + op + ")";
 }
 
 const Attribute* Node::attribute(std::string_view attr_name) const {

@@ -226,17 +226,23 @@ const char* target_of(const Model& m, const Graph& g, const std::deque<Node*>& c
   return nullptr;
 }
 
-bool only_read_by(const Value* v, const Node* reader) {
-  return !v->is_graph_output() && v->uses.size() == 1 && v->uses[0].node == reader;
+// Whether only chain ops of `g` read `v`, each as its data: then every
+// reader can take the chain above it into itself, and the last one to do so
+// removes it (an Unsqueeze read by two Unsqueezes: 3 nodes -> 2).
+bool only_chain_ops_read(const Graph& g, const Value* v) {
+  if (v->is_graph_output()) return false;
+  for (const auto& use : v->uses)
+    if (use.node->graph != &g || !is_chain_op(*use.node) || use.index != 0) return false;
+  return true;
 }
 
 // The chain that ends at `last`: its producers while they are chain ops of
-// this graph whose output only the next one reads.
+// this graph whose output only chain ops read.
 std::deque<Node*> chain_ending_at(const Graph& g, Node* last, std::set<std::string>& refused) {
   std::deque<Node*> chain{last};
   for (Node* n = last;;) {
     Node* p = n->inputs[0]->producer;
-    if (!p || p->graph != &g || !is_chain_op(*p) || !only_read_by(n->inputs[0], n)) break;
+    if (!p || p->graph != &g || !is_chain_op(*p) || !only_chain_ops_read(g, n->inputs[0])) break;
     if (p->pinned || n->pinned) {
       refused.insert((p->pinned ? p : n)->display_name() + ": excluded from optimization");
       break;
@@ -297,13 +303,21 @@ PassStats CollapseReshapes::run(Model& model, const PassOptions&) const {
         a.type.set(int32_t(AttrType::kInt));
         a.i.set(1);
       }
-      for (const Node* n : chain) record.consumed.push_back(node_id(*n));
-      for (const Node* n : chain) stats.removed.push_back(n->display_name());
+      std::deque<std::pair<std::string, std::string>> removed{{node_id(*last), last->display_name()}};
       g->replace_node(last, reshape);
-      for (auto it = chain.rbegin() + 1; it != chain.rend(); ++it) g->remove_node(*it);
+      // Up the chain while nothing else reads a node (other readers of a
+      // shared one take it into themselves in their turn).
+      for (auto it = chain.rbegin() + 1; it != chain.rend() && (*it)->outputs[0]->uses.empty(); ++it) {
+        removed.emplace_front(node_id(**it), (*it)->display_name());
+        g->remove_node(*it);
+      }
+      for (const auto& [id, display] : removed) {
+        record.consumed.push_back(id);
+        stats.removed.push_back(display);
+      }
       record.produced.push_back(node_id(*reshape));
       stats.rewrites.push_back(std::move(record));
-      stats.nodes_removed += static_cast<int64_t>(chain.size());
+      stats.nodes_removed += static_cast<int64_t>(removed.size());
       ++stats.nodes_added;
       changed = true;
     }

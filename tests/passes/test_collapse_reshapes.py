@@ -169,6 +169,46 @@ def test_a_value_read_elsewhere_ends_the_chain():
     assert ops(m) == ["Flatten", "Unsqueeze", "Relu"] and not r.modified and r.stats["refused"] == []
 
 
+def test_a_value_several_chain_ops_read_goes_into_each():
+    # torch's dynamo export: Unsqueeze(arange, [0, 1]) read by two Unsqueezes.
+    text = """g (float[N] x) => (float[1,1,N,1] y, float[1,1,1,N] z) <int64[2] front = {0, 1}, int64[1] two = {2},
+            int64[1] three = {3}> {
+        a = Unsqueeze(x, front)
+        y = Unsqueeze(a, three)
+        z = Unsqueeze(a, two)
+    }"""
+    m, r = check(text)
+    assert structure(m) == [("Reshape", ["x", "y_shape"], ["y"]), ("Reshape", ["x", "z_shape"], ["z"])]
+    assert initializer(m, "y_shape").tolist() == [1, 1, -1, 1] and initializer(m, "z_shape").tolist() == [1, 1, 1, -1]
+    assert r.stats["nodes_removed"] == 3 and r.stats["nodes_added"] == 2
+    assert [w["consumed"] for w in r.stats["rewrites"]] == [["Unsqueeze->y"], ["Unsqueeze->a", "Unsqueeze->z"]]
+
+
+def test_a_shared_value_stays_while_one_reader_cannot_take_it():
+    # z's chain would leave two unknown dims: z keeps reading a, so a stays.
+    text = """g (float[N,M,4] x) => (float[N,M,4,1,1] y, float[N,1,K] z) <int64[1] one = {1}, int64[1] three = {3},
+            int64[1] four = {4}> {
+        a = Unsqueeze(x, three)
+        y = Unsqueeze(a, four)
+        f = Flatten <axis = 1> (a)
+        z = Unsqueeze(f, one)
+    }"""
+    m, r = check(text)
+    assert ops(m) == ["Unsqueeze", "Reshape", "Flatten", "Unsqueeze"]
+    assert [n.inputs[0].name for n in m.graph.nodes] == ["x", "x", "a", "f"]
+    assert "Unsqueeze writing 'z': more than one dim of the output is unknown" in r.stats["refused"]
+
+
+def test_a_value_read_by_a_chain_op_as_its_shape_ends_the_chain():
+    m, r = check("""g (int64[2] x) => (int64[2,1] y, float[1,6] z) <int64[1] one = {1}, float[2,3] w = {1,2,3,4,5,6}> {
+        a = Unsqueeze(x, one)
+        y = Identity(a)
+        s = Squeeze(a, one)
+        z = Reshape(w, s)
+    }""", feeds={"x": np.array([1, 6], np.int64)})
+    assert ops(m) == ["Unsqueeze", "Identity", "Squeeze", "Reshape"] and not r.modified
+
+
 def test_a_graph_output_in_the_middle_ends_the_chain():
     m, r = check("""g (float[2,3,4] x) => (float[2,12] a, float[2,12,1] y) <int64[1] two = {2}> {
         a = Flatten <axis = 1> (x)

@@ -44,7 +44,7 @@ def test_random_ops_and_graph_outputs_are_refused():
         n2 = RandomUniformLike(x)
         w = Add(n1, n2)
     }""")
-    assert len(m.graph) == 5 and r.stats["refused"] == ["'' (Relu): its output is a graph output"]
+    assert len(m.graph) == 5 and r.stats["refused"] == ["Relu writing 'z': its output is a graph output"]
 
 
 def test_identical_initializers_merge():
