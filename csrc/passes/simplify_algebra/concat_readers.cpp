@@ -157,21 +157,31 @@ const char* undo_concat(Context& ctx, Graph& g, Node& concat) {
   return changed ? nullptr : kNotMine;
 }
 
-// A Concat reading Concats of the same axis, each read by it alone, takes
-// their inputs in their place:
+// A Concat reading Concats of the same axis, each read only by such Concats,
+// takes their inputs in their place:
 //   c = Concat<axis=k>(a, Concat<axis=k>(b, d), e)  ->  c = Concat<axis=k>(a, b, d, e)
-// (torchvision's Resize sizes: Concat(Slice(Shape(x)), Concat(h, w))).
+// (torchvision's Resize sizes: Concat(Slice(Shape(x)), Concat(h, w)); RAFT's
+// update block, whose inner Concat two Concats read). The inner one goes
+// when its last reader has taken it.
 const char* flatten_concat(Context& ctx, Graph& g, Node& outer) {
   if (outer.op_type.value != "Concat" || !single_output(outer)) return kNotMine;
   const std::optional<int64_t> axis = concat_axis(outer);
   if (!axis) return kNotMine;
+  auto read_by_such_concats = [&](const Value* v) {
+    for (const auto& use : v->uses) {
+      const Node& r = *use.node;
+      if (r.graph != &g || r.op_type.value != "Concat" || r.domain.value != outer.domain.value ||
+          concat_axis(r) != axis || r.pinned)
+        return false;
+    }
+    return !v->is_graph_output();
+  };
   std::vector<Value*> inputs;
   std::vector<Node*> merged;
   for (Value* v : outer.inputs) {
     Node* p = v ? v->producer : nullptr;
     const bool inner = p && p->graph == &g && p->op_type.value == "Concat" && p->domain.value == outer.domain.value &&
-                       concat_axis(*p) == axis && single_output(*p) == v && v->uses.size() == 1 &&
-                       !v->is_graph_output() && !p->pinned;
+                       concat_axis(*p) == axis && single_output(*p) == v && read_by_such_concats(v) && !p->pinned;
     if (inner) {
       inputs.insert(inputs.end(), p->inputs.begin(), p->inputs.end());
       merged.push_back(p);
@@ -191,12 +201,15 @@ const char* flatten_concat(Context& ctx, Graph& g, Node& outer) {
   a.type.set(int32_t(AttrType::kInt));
   a.i.set(outer.attribute("axis")->i.value);
   Rewrite record{"merged concats", {}, {node_id(outer)}};
-  for (Node* p : merged) record.consumed.push_back(node_id(*p));
-  record.consumed.push_back(node_id(outer));
+  std::vector<std::string> merged_ids;
+  for (Node* p : merged) merged_ids.push_back(node_id(*p));
+  const std::string outer_id = node_id(outer);
   ctx.count_removed(outer);
   g.replace_node(&outer, flat);
   ++ctx.stats->nodes_added;
-  for (Node* p : merged) ctx.remove_if_unread(g, p);
+  for (size_t i = 0; i < merged.size(); ++i)
+    if (ctx.remove_if_unread(g, merged[i])) record.consumed.push_back(merged_ids[i]);
+  record.consumed.push_back(outer_id);
   ctx.stats->rewrites.push_back(std::move(record));
   return nullptr;
 }
