@@ -89,7 +89,8 @@ def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict]
             continue
         dtype = _ORT_TYPES.get(i.type)
         if dtype is None:
-            raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate")
+            raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate "
+                                   "(give inputs with --check-inputs FILE.npz)")
         out[i.name] = (dtype, [d if isinstance(d, int) and d >= 0 else (symbols or {}).get(d, batch if axis == 0 else size)
                                for axis, d in enumerate(i.shape or [])])
     return out

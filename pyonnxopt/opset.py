@@ -54,16 +54,32 @@ def upgrade(model: Model, version: int, label: str = "") -> Model:
         raise Error(f"--opset {version}: {label} has model-local functions ({model.functions[0].name}, ...), "
                     "which onnx's version converter cannot convert; leave --opset out")
     for node in model.nodes(recursive=True):
+        if node.domain in ("", "ai.onnx") and current == 0:
+            raise Error(f"--opset {version}: node {node.name or '(unnamed)'} of {label} is an ai.onnx op "
+                        f"({node.op_type}) but the model imports no ai.onnx opset: the file is invalid; "
+                        "re-export it, or leave --opset out")
         if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type):
             raise Error(f"--opset {version}: node {node.name or '(unnamed)'} of {label} is {node.op_type}, which the "
                         "ONNX standard does not define (the exporter wrote an op no runtime knows), so it cannot be "
                         "converted; leave --opset out")
     proto = onnx.ModelProto.FromString(model._core.serialize_weightless(INLINE_BYTES))
-    try:
-        converted = version_converter.convert_version(proto, version)
-    except Exception as e:  # onnx raises RuntimeError, ValidationError, ... naming the op it cannot convert
-        raise Error(f"--opset {version}: onnx's version converter cannot convert {label} from opset {current}: "
-                    f"{first_line(e)}; leave --opset out to keep opset {current}") from None
+    effective = model.opset_imports
+    if len(proto.opset_import) != len(effective):
+        # A domain imported twice (skl2onnx writes '' twice): the last entry
+        # counts, as in onnxruntime; the converter would upgrade the first.
+        del proto.opset_import[:]
+        proto.opset_import.extend(helper.make_opsetid(domain, v) for domain, v in effective.items())
+    if current == 0:
+        # Only other domains' ops (an XGBoost model's ai.onnx.ml): nothing to
+        # convert, the import is all that is new.
+        proto.opset_import.append(helper.make_opsetid("", version))
+        converted = proto
+    else:
+        try:
+            converted = version_converter.convert_version(proto, version)
+        except Exception as e:  # onnx raises RuntimeError, ValidationError, ... naming the op it cannot convert
+            raise Error(f"--opset {version}: onnx's version converter cannot convert {label} from opset {current}: "
+                        f"{first_line(e)}; leave --opset out to keep opset {current}") from None
     # An opset needs an IR version that knows it (opset 23 came with IR 11).
     converted.ir_version = max(converted.ir_version, helper.find_min_ir_version_for(
         [helper.make_opsetid("", version)], ignore_unknown=True))

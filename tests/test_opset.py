@@ -114,6 +114,43 @@ def test_downgrades_and_unknown_versions_are_refused(version, words):
         upgrade(pyonnxopt.load(changing_model()), version)
 
 
+def ml_model(imports: list) -> onnx.ModelProto:
+    """A Scaler (ai.onnx.ml) and a Relu, with `imports` as the file lists them."""
+    proto = parser.parse_model("""
+    <ir_version: 8, opset_import: ["ai.onnx.ml" : 1]>
+    g (float[N,3] x) => (float[N,3] y) { s = ai.onnx.ml.Scaler <offset = [1.0, 2.0, 3.0], scale = [2.0, 2.0, 2.0]> (x)
+                                         y = Relu(s) }""")
+    del proto.opset_import[:]
+    proto.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in imports)
+    return proto
+
+
+def test_a_domain_imported_twice_is_upgraded_where_it_counts():
+    # skl2onnx writes '' twice; onnxruntime reads the last entry, the
+    # converter the first: the result imports it once, at the new version.
+    proto = ml_model([("ai.onnx.ml", 1), ("", 13), ("", 13)])
+    up = upgrade(pyonnxopt.load(proto), 23)
+    assert [(o.domain, o.version) for o in up.to_onnx().opset_import] == [("ai.onnx.ml", 1), ("", 23)]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 3
+    np.testing.assert_array_equal(run(up, {"x": x})[0], run(proto.SerializeToString(), {"x": x})[0])
+
+
+def test_a_model_of_other_domains_alone_gains_the_import():
+    # an XGBoost model: ai.onnx.ml ops only, no ai.onnx import to convert
+    proto = ml_model([("ai.onnx.ml", 1)])
+    proto.graph.node.pop()
+    proto.graph.node[0].output[0] = "y"
+    up = upgrade(pyonnxopt.load(proto), 23)
+    assert dict((o.domain, o.version) for o in up.to_onnx().opset_import) == {"ai.onnx.ml": 1, "": 23}
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(run(up, {"x": x})[0], run(proto.SerializeToString(), {"x": x})[0])
+
+
+def test_an_ai_onnx_op_without_its_import_is_named():
+    with pytest.raises(Error, match="is an ai.onnx op \\(Relu\\) but the model imports no ai.onnx opset"):
+        upgrade(pyonnxopt.load(ml_model([("ai.onnx.ml", 1)])), 23)
+
+
 def test_a_model_with_functions_is_refused_rather_than_broken():
     proto = parser.parse_model("""
     <ir_version: 8, opset_import: ["" : 17, "local" : 1]>

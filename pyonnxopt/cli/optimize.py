@@ -71,6 +71,9 @@ def load_inputs(path: str) -> dict:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}
     except (OSError, ValueError) as e:
+        if "allow_pickle" in str(e):
+            raise Error(f"--check-inputs {path}: an array holds Python objects, which are not loaded (pickle); "
+                        "save strings as numpy str arrays") from None
         raise Error(f"--check-inputs {path}: cannot read it as .npz ({e})") from None
 
 

@@ -25,6 +25,8 @@ def add_parser(sub):
     p.add_argument("--json", metavar="FILE", help="write the report JSON there")
     p.add_argument("--html", metavar="FILE", help="write the HTML page there (self-contained: no network needed)")
     p.add_argument("--iterations", type=int, metavar="N", help="timed runs per model when bench runs here")
+    p.add_argument("--inputs", metavar="PATH",
+                   help="inputs for verify and bench (.npz, or a folder of samples) instead of random ones")
     p.set_defaults(run=run)
 
 
@@ -46,9 +48,14 @@ def run(args) -> int:
     bench = None if args.no_bench else args.bench_json or True
     # The page draws time per op type, so bench profiles (a few extra runs).
     bench_options = {"profile": True, **({"iterations": args.iterations} if args.iterations else {})}
+    verify_options = {}
+    if args.inputs:
+        if not os.path.exists(args.inputs):
+            raise Error(f"--inputs {args.inputs}: no such file or folder")
+        verify_options["inputs"] = bench_options["inputs"] = args.inputs
     with console(stderr=True).status("report") as status:
         report = gather(args.original, args.optimized, optimize_report=args.optimize_report, verify=verify,
-                        bench=bench, bench_options=bench_options,
+                        bench=bench, verify_options=verify_options, bench_options=bench_options,
                         progress=lambda text: status.update(f"report: {text}"))
     written = []
     if args.json:

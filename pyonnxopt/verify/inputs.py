@@ -156,8 +156,8 @@ def _looks_like_token_ids(name: str) -> bool:
 
 
 def _cannot_generate(spec: InputSpec, why: str = "") -> Error:
-    return Error(f"input '{spec.name}' has {why or 'type ' + spec.onnx_type}, which verify cannot generate; "
-                 f"give it with --inputs")
+    return Error(f"input '{spec.name}' has {why or 'type ' + spec.onnx_type}, which random inputs cannot be "
+                 f"made of; give it with --inputs")
 
 
 def _positive_int(value, what: str) -> int:

@@ -146,3 +146,30 @@ def test_cli_runs_verify_and_bench_for_real(models, tmp_path, capsys):
     page = out_html.read_text()
     for plot in ("op-counts", "layer-error", "latency", "profile"):
         assert f'data-plot="{plot}"' in page
+
+
+def test_inputs_reach_verify_for_a_model_random_inputs_cannot_feed(tmp_path, capsys):
+    # a string input (a classical-ML model's category column)
+    import numpy as np
+    import onnx
+    from onnx import parser
+
+    import pyonnxopt
+
+    proto = parser.parse_model("""<ir_version: 8, opset_import: ["" : 17, "ai.onnx.ml" : 2]>
+    g (string[N] s) => (int64[N] y) {
+        c = ai.onnx.ml.LabelEncoder <keys_strings = ["a", "b"], values_int64s = [1, 2], default_int64 = 0> (s)
+        y = Add(c, c)
+    }""")
+    original, optimized, inputs = (str(tmp_path / n) for n in ("m.onnx", "m.opt.onnx", "rows.npz"))
+    onnx.save(proto, original)
+    pyonnxopt.optimize(original, optimized, check_outputs=False)
+    np.savez(inputs, s=np.array(["a", "b", "z"]))
+    assert main(["report", original, optimized, "--no-bench", "--json", str(tmp_path / "r.json")]) == 2
+    assert "input 's' has type tensor(string), which random inputs cannot be made of; give it with --inputs" \
+        in capsys.readouterr().err
+    assert main(["report", original, optimized, "--no-bench", "--inputs", inputs,
+                 "--json", str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["verify"]["ok"]
+    assert main(["report", original, optimized, "--inputs", str(tmp_path / "none.npz")]) == 2
+    assert "--inputs " in capsys.readouterr().err

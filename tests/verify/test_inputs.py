@@ -216,11 +216,11 @@ def test_scalar_and_empty_dims():
     ([InputSpec("x", np.dtype(np.int64), [3])], {"vocab_size": -1},
      "--vocab-size must be a positive integer, not -1"),
     ([InputSpec("x", None, None, onnx_type="seq(tensor(float))")], {},
-     "input 'x' has type seq(tensor(float)), which verify cannot generate; give it with --inputs"),
+     "input 'x' has type seq(tensor(float)), which random inputs cannot be made of; give it with --inputs"),
     ([InputSpec("x", np.dtype(object), [2], onnx_type="tensor(string)")], {},
-     "input 'x' has type tensor(string), which verify cannot generate; give it with --inputs"),
+     "input 'x' has type tensor(string), which random inputs cannot be made of; give it with --inputs"),
     ([InputSpec("x", np.dtype(np.float32), None)], {},
-     "input 'x' has no declared shape, which verify cannot generate; give it with --inputs"),
+     "input 'x' has no declared shape, which random inputs cannot be made of; give it with --inputs"),
 ])
 def test_random_feeds_errors(specs, kwargs, message):
     for s in specs:
@@ -242,7 +242,7 @@ def test_non_tensor_inputs_from_a_model_name_their_type():
     specs = input_specs(_model(nodes, inputs, outs, opset=18))
     assert [(s.onnx_type, s.dtype) for s in specs] == [
         ("seq(tensor(float))", None), ("optional(tensor(int64))", None), ("tensor(string)", np.dtype(object))]
-    with pytest.raises(Error, match=r"^input 'xs' has type seq\(tensor\(float\)\), which verify cannot generate"):
+    with pytest.raises(Error, match=r"^input 'xs' has type seq\(tensor\(float\)\), which random inputs cannot be made of"):
         random_feeds(specs)
     with pytest.raises(Error, match=r"^input 'maybe' has type optional\(tensor\(int64\)\)"):
         random_feeds(specs[1:])
