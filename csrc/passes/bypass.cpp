@@ -37,7 +37,10 @@ const char* why_not_reroute(const Graph& g, const Value* in, const Value* out, s
   // The graph output keeps its name: the input's producer writes it directly.
   if (!in->producer || in->producer->graph != &g) return "output is a graph output and the input is a graph input, initializer or outer value";
   if (in->is_graph_output()) return "output and input are both graph outputs";
-  if (in_readers != 1) return "output is a graph output and the input has other readers";
+  // Its other readers then read it under the output's name, which a
+  // subgraph of theirs must not define itself.
+  if (in_readers != 1 && shadowed_for_a_reader(g, in, out->name))
+    return "output is a graph output and a subgraph reading the input defines the output's name itself";
   return nullptr;
 }
 

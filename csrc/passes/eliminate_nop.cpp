@@ -45,6 +45,13 @@ const char* attribute_nop(const Node& n) {
     // One output and no split sizes to check: the whole input.
     return n.outputs.size() == 1 && n.inputs.size() == 1 && !n.attribute("split") ? nullptr : kNotMine;
   }
+  if (op == "Flatten") {  // of a rank-2 input at axis 1: [d0, d1] as it was
+    auto shape = known_shape(n.inputs[0]);
+    const int64_t axis = int_attribute(n, "axis", 1);
+    if (axis != 1 && axis != -1) return kNotMine;
+    if (!shape) return "input rank unknown";
+    return shape->size() == 2 ? nullptr : kNotMine;
+  }
   if (op == "Transpose") {
     const Attribute* perm = n.attribute("perm");
     if (!perm) return "Transpose without perm: a no-op only at rank <= 1";

@@ -1,7 +1,7 @@
 """eliminate_identity: structure, numbers, refusals, idempotence, subgraphs."""
 
 import numpy as np
-from onnx import helper
+from onnx import TensorProto, helper
 
 from pyonnxopt.passes import get
 
@@ -47,13 +47,35 @@ def test_refusals_leave_the_graph_unchanged():
     ]
 
 
-def test_refuses_when_the_input_has_other_readers():
-    m, r = run("""g (float[3] x) => (float[3] y, float[3] w) {
+def test_a_graph_output_takes_over_a_value_other_nodes_read():
+    text = """g (float[3] x) => (float[3] y, float[3] w) {
         a = Relu(x)
         y = Identity(a)
         w = Neg(a)
-    }""")
-    assert not r.modified and "the input has other readers" in r.stats["refused"][0]
+    }"""
+    m, r = run(text)
+    assert structure(m) == [("Relu", ["x"], ["y"]), ("Neg", ["y"], ["w"])]
+    x = np.array([-1, 0, 2], np.float32)
+    for want, got in zip(outputs(parse(text), {"x": x}), outputs(m, {"x": x})):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_refuses_where_a_reading_subgraph_defines_the_output_name():
+    # The branch reads `a` and has its own `y`: renamed, it would read that
+    # (onnx's checker rejects such a name; onnxruntime runs it).
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, [3])
+    branch = helper.make_graph([helper.make_node("Neg", ["a"], ["y"]), helper.make_node("Add", ["y", "a"], ["out"])],
+                               "branch", [], [out])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Identity", ["a"], ["y"]),
+                           helper.make_node("If", ["c"], ["w"], then_branch=branch, else_branch=branch)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                          [y, helper.make_tensor_value_info("w", TensorProto.FLOAT, [3])])
+    m, r = run_pass("eliminate_identity", helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                    full_check=False)
+    assert not r.modified
+    assert "a subgraph reading the input defines the output's name itself" in r.stats["refused"][0]
 
 
 def test_inside_subgraphs_and_outer_reads(if_model):

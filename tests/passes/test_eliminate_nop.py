@@ -35,6 +35,29 @@ def test_no_op_nodes_go():
     assert r.stats["nodes_removed"] == 6
 
 
+def test_flatten_of_a_matrix_at_axis_1_goes():
+    # skl2onnx's KNN: Flatten of TopK's [N, k] indices
+    m, r = run("""g (float[N,3] x) => (float[N,3] y, float[N,2] z, float[N,3] w) {
+        a = Flatten <axis = 1> (x)
+        b = Flatten <axis = -1> (a)
+        y = Relu(b)
+        c = Flatten <axis = 0> (x)
+        z = Reshape(c, two)
+        w = Flatten(x)
+    }""".replace("{", "<int64[2] two = {-1, 2}> {", 1))
+    assert structure(m) == [("Relu", ["x"], ["y"]), ("Flatten", ["x"], ["c"]), ("Reshape", ["c", "two"], ["z"]),
+                            ("Flatten", ["x"], ["w"])]
+    assert r.stats["nodes_removed"] == 2
+
+
+def test_flatten_of_unknown_rank_is_refused():
+    m, r = run("""g (float[2,3] x) => (float[2,3] y) {
+        a = Relu(x)
+        y = Flatten <axis = 1> (a)
+    }""")
+    assert ops(m) == ["Relu", "Flatten"] and reasons(r) == ["input rank unknown"]
+
+
 def test_real_work_stays():
     m, r = run("""g (float[2,3] x, int64[2,3] i) => (float[3,2] y, int64[2,3] z, float[2,3] w, float[4,3] v) {
         y = Transpose <perm = [1, 0]> (x)
