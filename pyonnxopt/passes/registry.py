@@ -13,18 +13,21 @@ from pyonnxopt.passes.fold_constants_onnxruntime import FoldConstantsOnnxruntime
 from pyonnxopt.passes.infer_shapes import InferShapes
 from pyonnxopt.passes.merge_equal_dims import MergeEqualDims
 from pyonnxopt.passes.resolve_dynamic_reshapes import ResolveDynamicReshapes
+from pyonnxopt.passes.slices_to_split import SlicesToSplit
 
 _PASSES: dict = {name: NativePass(name, description) for name, description in _core.native_passes()}
 # Its forms hide the head split fuse_attention reads: it waits for the fusions.
 _PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].after_fusions = True
-for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(), MergeEqualDims(),
+for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(), SlicesToSplit(),
+           MergeEqualDims(),
            EliminateSameShapeReshapes(), CancelReshapesAroundTranspose(), *BUILTIN_RULES, FlattenLinearRows()):
     _PASSES[_p.name] = _p
 
 # The default pipeline's order; passes registered later run after these.
 DEFAULT_ORDER = [
     "infer_shapes", "eliminate_identity", "eliminate_dropout", "eliminate_nop", "eliminate_zero_rnn_states",
-    "simplify_algebra", "fold_constants", "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "optimize_transposes",
+    "simplify_algebra", "fold_constants", "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "slices_to_split",
+    "optimize_transposes",
     "collapse_reshapes", "eliminate_same_shape_reshapes", "cancel_reshapes_around_transpose",
     *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "merge_equal_dims",
     "eliminate_common_subexpressions", "eliminate_dead_code",
