@@ -78,6 +78,32 @@ def test_refuses_a_rank_3_matmul():
     assert near_misses(r) == ["the MatMul output has rank 3: BatchNormalization's axis 1 is not its feature axis"]
 
 
+@pytest.mark.parametrize("rows", ["f = Flatten <axis = 2> (t)", "f = Reshape (t, rows)"])
+def test_a_rank_3_matmul_whose_rows_go_into_the_batchnorm(rows):
+    # LeViT's Linear + BatchNorm1d through TorchScript: BN over the flattened rows
+    proto = with_weights(f"""g (float[2,4,5] a) => (float[2,4,6] y) <int64[2] rows = {{-1, 6}}, int64[3] back = {{2, 4, 6}}> {{
+        t = MatMul (a, w)
+        {rows}
+        b = BatchNormalization <epsilon = 0.001> (f, scale, beta, mean, var)
+        y = Reshape (b, back)
+    }}""", **stats(6, w=(5, 6)))
+    m, _ = fused(proto)
+    assert ops(m) == ["MatMul", "Add", rows.split()[2], "Reshape"]
+    assert m.graph.nodes[2].outputs[0].name == "b" and m.graph.nodes[1].inputs[1].initializer.dims == [6]
+
+
+def test_refuses_rows_that_are_not_the_columns():
+    # Flatten at axis 1: [2, 24] rows of 4 positions x 6 columns
+    proto = with_weights(f"""g (float[2,4,5] a) => (float[2,24] y) {{
+        t = MatMul (a, w)
+        f = Flatten <axis = 1> (t)
+        y = BatchNormalization (f, scale, beta, mean, var)
+    }}""", **rng_weights(w=(5, 6), scale=(24,), beta=(24,), mean=(24,), var=(24,)))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified
+    assert near_misses(r) == ["the MatMul output [2, 4, 6] does not go into BatchNormalization as its rows ([2, 24])"]
+
+
 def test_refuses_a_matmul_of_unknown_rank():
     proto = with_weights(f"""g (float[] a) => (float[] y) {{
         t = MatMul (a, w)
@@ -146,3 +172,33 @@ def test_torch_linear_batchnorm1d_export():
     assert [n.op_type for n in proto.graph.node] == ["Gemm", "BatchNormalization"]
     m, _ = fused(proto)
     assert ops(m) == ["Gemm"]
+
+
+def test_torch_levit_linear_norm_on_tokens():
+    # timm's LeViT LinearNorm: Linear without bias, BatchNorm1d over the flattened tokens
+    torch = pytest.importorskip("torch")
+    import io
+
+    import onnx
+
+    import pyonnxopt
+
+    class LinearNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.bn = torch.nn.Linear(8, 12, bias=False), torch.nn.BatchNorm1d(12)
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.5, 2)
+
+        def forward(self, x):
+            x = self.linear(x)
+            return self.bn(x.flatten(0, 1)).reshape_as(x)
+
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    torch.onnx.export(LinearNorm().eval(), torch.randn(2, 5, 8), buf, dynamo=False, opset_version=17)
+    proto = onnx.load_from_string(buf.getvalue())
+    assert "BatchNormalization" in [n.op_type for n in proto.graph.node]
+    model, report = pyonnxopt.optimize(proto)
+    assert [n.op_type for n in model.graph.nodes] == ["MatMul", "Add"]
+    assert report["check"]["first_mismatch"] is None

@@ -13,7 +13,14 @@ weight and the bias.
 computed by pyonnxopt.fold.
 
 BatchNormalization normalizes axis 1; that is the weight's output axis
-only when the product is 2-D [N, C].
+only when the product is 2-D [N, C], or when a 3-D (or higher) product's
+rows go into it flattened (LeViT's Linear + BatchNorm1d, as TorchScript
+writes it):
+
+    y = BatchNormalization(Flatten(MatMul(a, W), axis=2), ...)     [B*S, C]
+ -> y = Flatten(Add(MatMul(a, W'), C'), axis=2)
+(or a Reshape to [rows, C]); the Reshape back to [B, S, C] after it then
+meets the Flatten and both go (collapse_reshapes, eliminate_nop).
 
 Refuses when:
 1. the weight, C or a BatchNormalization parameter is not a constant, or the
@@ -21,7 +28,8 @@ Refuses when:
 2. BatchNormalization is in training mode or has spatial=0 (as
    fuse_conv_batchnorm);
 3. the MatMul's output rank is unknown, or not 2 (axis 1 of a rank-3
-   product is not its feature axis);
+   product is not its feature axis), unless its rows are flattened into
+   [rows, C] (the flattened shape must be known);
 4. the weight is not float16, float or double, or not 2-D;
 5. Gemm's C varies along axis 0 (one bias per row, not per channel);
 6. a BatchNormalization parameter is not one number per output column, or
@@ -46,22 +54,28 @@ class FuseGemmBatchnorm(Rule):
     description = "fold an inference BatchNormalization over [N, C] into the Gemm/MatMul weight before it"
     min_opset = 7
 
-    def pattern(self, opset: int) -> Op:
+    def pattern(self, opset: int) -> list:
         product = Op("Gemm|MatMul", Var("a"), Const("w"), Const("c", optional=True), name="product")
-        return batchnorm(product, opset)
+        rows = Op("Flatten|Reshape", Op("MatMul", Var("a"), Const("w"), name="product"),
+                  Var("rows_shape", optional=True), name="rows")
+        return [batchnorm(product, opset), batchnorm(rows, opset)]
 
     def check(self, m: Match) -> Optional[str]:
         why = type_refusal(m.dtype("w"))
         if why:
             return why
-        if m["product"].op_type == "MatMul":
+        if "rows" in m:
+            why = _rows_refusal(m)
+            if why:
+                return why
+        elif m["product"].op_type == "MatMul":
             why = _rank_refusal(m)
             if why:
                 return why
         ch = channels_of(m["product"], m.array("w"))
         if isinstance(ch, str):
             return ch
-        if m["c"] is not None:
+        if _bias(m) is not None:
             why = per_channel_refusal(list(m.array("c").shape), ch)
             if why:
                 return f"Gemm's C: {why}"
@@ -72,17 +86,37 @@ class FuseGemmBatchnorm(Rule):
         w = m.array("w")
         ch: Channels = channels_of(product, w)
         bias = None
-        if m["c"] is not None:
+        if _bias(m) is not None:
             bias = channel_vector(m.array("c"), ch.count) * float(attribute(product, "beta", 1.0))
         new_w, new_b = fold.fold_batchnorm(w, bias, *parameters(m), epsilon(m), axis=ch.weight_axis)
         w_value = edit.constant(new_w, f"{m['w'].name}_bn")
-        b_value = edit.constant(new_b, f"{m['c'].name}_bn" if m["c"] is not None else f"{m['w'].name}_bn_bias")
+        b_value = edit.constant(new_b, f"{m['c'].name}_bn" if _bias(m) is not None else f"{m['w'].name}_bn_bias")
         if product.op_type == "Gemm":
             edit.replace_root("Gemm", [m["a"], w_value, b_value], {"beta": 1.0}, copy_attrs_from=product)
+        elif "rows" in m:
+            (y,) = edit.node("MatMul", [m["a"], w_value], hint=product.name or "matmul_bn")
+            (z,) = edit.node("Add", [y, b_value], hint=product.name or "matmul_bn")
+            rows = m["rows"]
+            edit.replace_root(rows.op_type, [z, *rows.inputs[1:]], copy_attrs_from=rows)
         else:
             (y,) = edit.node("MatMul", [m["a"], w_value], hint=product.name or "matmul_bn")
             edit.replace_root("Add", [y, b_value])
         return None
+
+
+def _bias(m: Match):
+    """Gemm's C, when the product has one (the flattened variant has none)."""
+    return m["c"] if "c" in m else None
+
+
+def _rows_refusal(m: Match) -> Optional[str]:
+    """None when the flattened product is [rows, C] with C the MatMul's columns."""
+    product, rows = m.shape("product"), m.shape("rows")
+    if product is None or rows is None:
+        return "the MatMul's or its flattened rows' shape is unknown"
+    if len(product) < 3 or len(rows) != 2 or not isinstance(product[-1], int) or rows[-1] != product[-1]:
+        return f"the MatMul output {product} does not go into BatchNormalization as its rows ({rows})"
+    return None
 
 
 def _rank_refusal(m: Match) -> Optional[str]:
