@@ -7,8 +7,9 @@ is all zeros goes: the op starts from zeros when the input is absent.
 
 All zeros: a constant initializer (not a graph input) of zeros; a
 ConstantOfShape of 0 (or of no value); Expand, Unsqueeze, Squeeze,
-Reshape, Flatten, Identity, Cast or Tile of an all-zero tensor; a Concat of
-all-zero tensors. The shape arithmetic that sized the zeros is then dead
+Reshape, Flatten, Identity, Cast, Tile, Slice, Gather or Transpose of an
+all-zero tensor (paddle2onnx slices each layer's state from one); a Concat
+of all-zero tensors. The shape arithmetic that sized the zeros is then dead
 code. Refused: anything else (a state fed in, or computed).
 """
 
@@ -23,7 +24,9 @@ from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 
 # op -> the indices of its initial-state inputs
 _STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
-_SAME_VALUES = {"Expand", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Cast", "Tile"}
+# Their output's elements are some of their first input's (zeros stay zeros).
+_SAME_VALUES = {"Expand", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Cast", "Tile", "Slice", "Gather",
+                "Transpose"}
 
 
 def all_zero(v, depth: int = 0) -> bool:

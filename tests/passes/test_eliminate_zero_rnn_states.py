@@ -41,14 +41,19 @@ def test_tf2onnx_zeros_sized_from_the_batch_go():
 
 
 def gru(state):
-    return run(f"""g (float[T,2,3] x) => (float[T,1,2,8] y) <{GW}, int64[3] sh = {{1, 2, 8}}> {{
+    return run(f"""g (float[T,2,3] x) => (float[T,1,2,8] y) <{GW}, int64[3] sh = {{1, 2, 8}},
+            int64[3] big = {{2, 2, 8}}, int64[1] i0 = {{0}}, int64[1] i1 = {{1}}, int64[1] i2 = {{2}}> {{
         {state}
         y, yh = GRU <hidden_size = 8> (x, W, R, , , h0)
     }}""")
 
 
-@pytest.mark.parametrize("state", ["h0 = ConstantOfShape <value = float[1] {0.0}> (sh)",
-                                   "h0 = ConstantOfShape(sh)"])
+@pytest.mark.parametrize("state", [
+    "h0 = ConstantOfShape <value = float[1] {0.0}> (sh)",
+    "h0 = ConstantOfShape(sh)",
+    # paddle2onnx: every layer's state sliced from one zero tensor
+    "z = ConstantOfShape(big)  h0 = Slice(z, i1, i2, i0)",
+])
 def test_constant_of_shape_zeros_go(state):
     m, r = gru(state)
     assert r.modified and [n.op_type for n in m.graph.nodes] == ["GRU"]
