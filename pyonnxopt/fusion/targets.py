@@ -30,6 +30,7 @@ RUNS_ON_CPU = {
     ("", "LayerNormalization"): {_F32, _F16, _F64},
     ("", "RMSNormalization"): {_F32, _F16, _F64},
     ("", "Attention"): {_F32, _F16, _F64},
+    ("", "HardSwish"): {_F32, _F16},
     (MS_DOMAIN, "Gelu"): {_F32, _F16},
     (MS_DOMAIN, "FastGelu"): {_F32, _F16, _F64},
     (MS_DOMAIN, "FusedConv"): {_F32, _F16},
@@ -53,7 +54,7 @@ RUNS_ON_CPU = {
 # it takes 0.86x / 0.95x the time of the ops it replaces (bench/fused_ops.py).
 
 # The first default-domain opset that has each standard op we emit.
-SINCE = {"Gelu": 20, "LayerNormalization": 17, "RMSNormalization": 23, "Attention": 23}
+SINCE = {"Gelu": 20, "LayerNormalization": 17, "RMSNormalization": 23, "Attention": 23, "HardSwish": 14}
 
 
 def opset_reason(op: str, have: int) -> Optional[str]:

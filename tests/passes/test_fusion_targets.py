@@ -16,6 +16,7 @@ FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
 # One small instance of each op: input shapes and attributes.
 CASES = {
     "Gelu": ([[2, 3, 8]], {}),
+    "HardSwish": ([[2, 3, 8]], {}),
     "LayerNormalization": ([[2, 3, 8], [8], [8]], {}),
     "RMSNormalization": ([[2, 3, 8], [8]], {}),
     "Attention": ([[2, 4, 5, 8]] * 3, {}),

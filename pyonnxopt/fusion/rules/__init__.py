@@ -12,6 +12,7 @@ from pyonnxopt.fusion.rules.fuse_conv_batchnorm import FuseConvBatchnorm
 from pyonnxopt.fusion.rules.fuse_conv_scale_bias import FuseConvScaleBias
 from pyonnxopt.fusion.rules.fuse_gelu import FuseGelu
 from pyonnxopt.fusion.rules.fuse_gemm_batchnorm import FuseGemmBatchnorm
+from pyonnxopt.fusion.rules.fuse_hard_swish import FuseHardSwish
 from pyonnxopt.fusion.rules.fuse_layer_normalization import FuseLayerNormalization
 from pyonnxopt.fusion.rules.fuse_matmul_add_into_gemm import FuseMatmulAddIntoGemm
 from pyonnxopt.fusion.rules.fuse_partial_rotary import FusePartialRotary
@@ -25,6 +26,7 @@ BUILTIN_RULES: list = [
     # then the per-channel Mul/Add it may leave, then MatMul+Add into Gemm;
     # with --target ort, the activation (and residual) into a FusedConv last.
     FusePadIntoConv(),
+    FuseHardSwish(),  # before FusedConv takes a Conv's Add (x + 3 is one)
     FuseConvBatchnorm(),
     FuseConvScaleBias(),
     FuseConvActivation(),
