@@ -9,6 +9,7 @@ from pyonnxopt.fusion.rules.fuse_bias_gelu import FuseBiasGelu
 from pyonnxopt.fusion.rules.fuse_consecutive_slices import FuseConsecutiveSlices
 from pyonnxopt.fusion.rules.fuse_conv_activation import FuseConvActivation
 from pyonnxopt.fusion.rules.fuse_conv_batchnorm import FuseConvBatchnorm
+from pyonnxopt.fusion.rules.fuse_conv_input_scale import FuseConvInputScale
 from pyonnxopt.fusion.rules.fuse_conv_scale_bias import FuseConvScaleBias
 from pyonnxopt.fusion.rules.fuse_gelu import FuseGelu
 from pyonnxopt.fusion.rules.fuse_gemm_batchnorm import FuseGemmBatchnorm
@@ -29,6 +30,7 @@ BUILTIN_RULES: list = [
     FuseHardSwish(),  # before FusedConv takes a Conv's Add (x + 3 is one)
     FuseConvBatchnorm(),
     FuseConvScaleBias(),
+    FuseConvInputScale(),
     FuseConvActivation(),
     FuseGemmBatchnorm(),
     FuseMatmulAddIntoGemm(),

@@ -1,0 +1,82 @@
+"""fuse_conv_input_scale: a constant scale of a Conv's input -> its weight;
+a constant shift -> its bias where it pads nothing. Numbers: onnxruntime,
+original against fused, rtol = atol = 1e-5 in float32."""
+
+import pytest
+
+from fusion_helpers import assert_same_outputs, near_misses, rng_weights, run_rule, with_weights
+from helpers import ops, structure
+
+RULE = "fuse_conv_input_scale"
+
+
+def fused(proto):
+    m, r = run_rule(RULE, proto)
+    assert r.modified, r.stats["near_misses"]
+    assert_same_outputs(proto, m)
+    return m, r
+
+
+@pytest.mark.parametrize("affine, k_shape, group, w_shape", [
+    ("Mul(x, k)", (), 1, (6, 4, 3, 3)),             # Paddle's Dropout as Mul(0.5)
+    ("Mul(k, x)", (1, 4, 1, 1), 2, (6, 2, 3, 3)),   # per channel, grouped
+    ("Div(x, k)", (4, 1, 1), 4, (8, 1, 3, 3)),      # by the std, depthwise
+])
+def test_a_scale_goes_into_the_weight_even_with_padding(affine, k_shape, group, w_shape):
+    weights = rng_weights(w=w_shape, b=(w_shape[0],), k=k_shape, positive=("k",))
+    proto = with_weights(f"""g (float[2,4,5,5] x) => (float[2,{w_shape[0]},5,5] y) {{
+        s = {affine}
+        y = Conv <group = {group}, pads = [1, 1, 1, 1]> (s, w, b)
+    }}""", **weights)
+    m, _ = fused(proto)
+    (name, inputs, outputs), = structure(m)
+    assert name == "Conv" and inputs[0] == "x" and inputs[1] != "w" and inputs[2] == "b" and outputs == ["y"]
+    assert m.graph.nodes[0].attributes["group"] == group
+
+
+@pytest.mark.parametrize("shift, bias", [("Add(x, k)", True), ("Sub(x, k)", False)])
+def test_a_shift_goes_into_the_bias_without_padding(shift, bias):
+    weights = rng_weights(w=(6, 2, 3, 3), k=(1, 4, 1, 1), **({"b": (6,)} if bias else {}))
+    proto = with_weights(f"""g (float[2,4,5,5] x) => (float[2,6,3,3] y) {{
+        s = {shift}
+        y = Conv <group = 2> (s, w{", b" if bias else ""})
+    }}""", **weights)
+    m, _ = fused(proto)
+    conv = m.graph.nodes[0]
+    assert ops(m) == ["Conv"] and conv.inputs[0].name == "x" and conv.inputs[1].name == "w"
+    assert conv.inputs[2].initializer.dims == [6]
+
+
+def test_a_shift_before_padding_is_refused():
+    proto = with_weights("""g (float[2,4,5,5] x) => (float[2,6,5,5] y) {
+        s = Add(x, k)
+        y = Conv <auto_pad = "SAME_UPPER"> (s, w)
+    }""", **rng_weights(w=(6, 4, 3, 3), k=(4, 1, 1)))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified
+    assert near_misses(r) == ["the Conv pads its input: a shift before it would reach the padded border"]
+
+
+@pytest.mark.parametrize("k_shape, why", [
+    ((5, 5), "varies along spatial axis 2"),
+    ((2, 4, 1, 1), "varies along the batch axis 0"),
+    ((3, 1, 1), "has 3 elements along the channel axis, the input 4"),
+])
+def test_a_constant_that_is_not_per_channel_is_refused(k_shape, why):
+    proto = with_weights("""g (float[2,4,5,5] x) => (float[?,6,3,3] y) {
+        s = Mul(x, k)
+        y = Conv (s, w)
+    }""", **rng_weights(w=(6, 4, 3, 3), k=k_shape))
+    m, r = run_rule(RULE, proto, valid=False)
+    assert not r.modified and why in near_misses(r)[0]
+
+
+def test_a_zero_divisor_is_refused():
+    weights = rng_weights(w=(6, 4, 3, 3))
+    weights["k"] = weights["w"][0, :, 0, 0].reshape(4, 1, 1) * 0
+    proto = with_weights("""g (float[2,4,5,5] x) => (float[2,6,3,3] y) {
+        s = Div(x, k)
+        y = Conv (s, w)
+    }""", **weights)
+    m, r = run_rule(RULE, proto)
+    assert not r.modified and near_misses(r) == ["'k' has a 0: the Div is not a scale"]
