@@ -80,3 +80,20 @@ def test_a_zero_divisor_is_refused():
     }""", **weights)
     m, r = run_rule(RULE, proto)
     assert not r.modified and near_misses(r) == ["'k' has a 0: the Div is not a scale"]
+
+
+@pytest.mark.parametrize("pads, fuses", [("[0, 0, 0, 0]", True), ("[1, 1, 1, 1]", False)])
+def test_a_batchnorm_before_an_unpadded_conv(pads, fuses):
+    # CoAtNet's pre-norm block: BatchNorm2d, then a 1x1 Conv
+    weights = rng_weights(w=(6, 4, 1, 1), b=(6,), scale=(4,), beta=(4,), mean=(4,), var=(4,))
+    proto = with_weights(f"""g (float[2,4,5,5] x) => (float[2,6,?,?] y) {{
+        n = BatchNormalization <epsilon = 0.001> (x, scale, beta, mean, var)
+        y = Conv <pads = {pads}> (n, w, b)
+    }}""", **weights)
+    m, r = run_rule(RULE, proto)
+    if fuses:
+        assert structure(m)[0][0] == "Conv" and ops(m) == ["Conv"] and m.graph.nodes[0].inputs[0].name == "x"
+        assert_same_outputs(proto, m)
+    else:
+        assert not r.modified
+        assert near_misses(r) == ["the Conv pads its input: a shift before it would reach the padded border"]

@@ -1,10 +1,13 @@
 """fuse_conv_input_scale: a constant scale (Mul, or Div by a constant) of a
 Conv's input, one number or one per input channel, becomes part of its
 weight; a constant shift (Add, or Sub of a constant) does too, into its
-bias, where the Conv pads nothing:
+bias, where the Conv pads nothing, and so does an inference
+BatchNormalization, a scale and a shift per channel (a pre-norm block's
+norm before its 1x1 Conv: CoAtNet, MaxViT):
 
     y = Conv(Mul(x, s), W, B)  ->  y = Conv(x, W * s[c], B)
     y = Conv(Add(x, t), W, B)  ->  y = Conv(x, W, B + sum_{j,k} W[m, j, k] * t[c])
+    y = Conv(BatchNormalization(x), W, B)  ->  both, s = scale / sqrt(var + eps), t = B_bn - mean * s
 
 where c = (m // (M/g)) * (C/g) + j is the input channel that weight
 W[m, j] reads (g groups). A scale commutes with the zero padding (0 * s
@@ -18,7 +21,10 @@ Refuses when:
  2. the constant is not one number or one per input channel (it would
     broadcast x, or vary along the batch or spatial axes);
  3. a Div's constant has a 0; a constant is not finite;
- 4. a shift meets padding (pads not all 0, or auto_pad SAME_UPPER/LOWER).
+ 4. a shift (or a BatchNormalization) meets padding (pads not all 0, or
+    auto_pad SAME_UPPER/LOWER);
+ 5. the BatchNormalization refusals of fuse_conv_batchnorm (training mode,
+    a parameter not one per channel, not finite).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import numpy as np
 from pyonnxopt import fold
 from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
+from pyonnxopt.fusion.rules._batchnorm import batchnorm, batchnorm_refusal, epsilon, parameters
 from pyonnxopt.fusion.rules._channels import Channels, attribute, channel_vector, per_channel_refusal, type_refusal
 
 
@@ -42,6 +49,7 @@ class FuseConvInputScale(Rule):
         for ops, commutative in (("Mul|Add", True), ("Div|Sub", False)):
             affine = Op(ops, Var("x"), Const("k"), name="affine", commutative=commutative)
             variants.append(Op("Conv", affine, Const("w"), Const("b", optional=True), name="conv"))
+        variants.append(Op("Conv", batchnorm(Var("x"), opset), Const("w"), Const("b", optional=True), name="conv"))
         return variants
 
     def check(self, m: Match) -> Optional[str]:
@@ -54,6 +62,8 @@ class FuseConvInputScale(Rule):
         if w.ndim < 3 or group < 1 or w.shape[0] % group:
             return f"Conv weight of shape {list(w.shape)} with group={group}"
         inputs = Channels(w.ndim, w.shape[1] * group, 1, group)
+        if "bn" in m:
+            return batchnorm_refusal(m, inputs.count) or _padding_refusal(conv)
         why = per_channel_refusal(list(m.array("k").shape), inputs)
         if why:
             return f"'{m['k'].name}': {why.replace('the output', 'the input')}"
@@ -63,32 +73,41 @@ class FuseConvInputScale(Rule):
         op = m["affine"].op_type
         if op == "Div" and np.any(k == 0):
             return f"'{m['k'].name}' has a 0: the Div is not a scale"
-        if op in ("Add", "Sub"):
-            pads = attribute(conv, "pads", [0])
-            if attribute(conv, "auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER") or any(pads):
-                return "the Conv pads its input: a shift before it would reach the padded border"
-        return None
+        return _padding_refusal(conv) if op in ("Add", "Sub") else None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         w, conv = m.array("w"), m["conv"]
         group = attribute(conv, "group", 1)
-        channels = w.shape[1] * group
-        k = channel_vector(m.array("k"), channels)
-        op = m["affine"].op_type
-        bias_name = m["b"].name if m["b"] is not None else f"{m['w'].name}_bias"
+        scale, shift = _scale_and_shift(m, w.shape[1] * group)
         inputs = [m["x"], m["w"]] + ([m["b"]] if m["b"] is not None else [])
-        if op in ("Mul", "Div"):
-            scaled = fold.scale_channels(w, 1.0 / k if op == "Div" else k, axis=1, groups=group)
-            inputs[1] = edit.constant(scaled, f"{m['w'].name}_scaled")
-        else:
-            shift = -k if op == "Sub" else k
+        if shift is not None:  # from the weights as they are, before any scaling
             per_weight = shift[_input_channel(w.shape[0], w.shape[1], group)]  # [M, C/g]
             added = (w.astype(np.float64).reshape(w.shape[0], w.shape[1], -1).sum(axis=2) * per_weight).sum(axis=1)
             bias = m.array("b").astype(np.float64) if m["b"] is not None else np.zeros(w.shape[0])
-            new_bias = edit.constant((bias + added).astype(w.dtype), f"{bias_name}_shifted")
-            inputs = [m["x"], m["w"], new_bias]
+            bias_name = m["b"].name if m["b"] is not None else f"{m['w'].name}_bias"
+            inputs[2:] = [edit.constant((bias + added).astype(w.dtype), f"{bias_name}_shifted")]
+        if scale is not None:
+            inputs[1] = edit.constant(fold.scale_channels(w, scale, axis=1, groups=group), f"{m['w'].name}_scaled")
         edit.replace_root("Conv", inputs, copy_attrs_from=conv)
         return None
+
+
+def _scale_and_shift(m: Match, channels: int) -> tuple:
+    """(s or None, t or None): the input is x * s + t, per input channel."""
+    if "bn" in m:
+        scale, beta, mean, var = (np.asarray(a, np.float64) for a in parameters(m))
+        s = scale / np.sqrt(var + epsilon(m))
+        return s, beta - mean * s
+    k = channel_vector(m.array("k"), channels)
+    op = m["affine"].op_type
+    return {"Mul": (k, None), "Div": (1.0 / k, None), "Add": (None, k), "Sub": (None, -k)}[op]
+
+
+def _padding_refusal(conv) -> Optional[str]:
+    pads = attribute(conv, "pads", [0])
+    if attribute(conv, "auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER") or any(pads):
+        return "the Conv pads its input: a shift before it would reach the padded border"
+    return None
 
 
 def _input_channel(out_channels: int, per_group: int, group: int) -> np.ndarray:
