@@ -184,13 +184,16 @@ def test_4d_heads_of_unknown_size_refuse():
     assert not r.modified and near(r, "MultiHeadAttention on 4-d heads needs their count and sizes known")
 
 
-def test_4d_values_wider_than_keys_refuse():
-    """onnxruntime's kernel wants 4-d keys and values of one shape (LeViT's
-    values are wider)."""
+def test_4d_values_wider_than_keys_go_in_3d():
+    """onnxruntime's kernel wants 4-d keys and values of one shape; LeViT's
+    values are wider, so q, k and v all go in as [B, S, H*D]."""
     text = FOUR_D.format(mask_in="", softmax=PLAIN).replace("float[2,4,6,8] v", "float[2,4,6,16] v").replace(
         "float[2,4,5,8] y", "float[2,4,5,16] y")
-    m, r, _ = fuse_ort(text)
-    assert not r.modified and near(r, "MultiHeadAttention takes 4-d keys and values of one shape; v's head size 16")
+    m, r, original = fuse_ort(text)
+    assert ops(m) == ["Transpose", "Reshape"] * 3 + ["MultiHeadAttention", "Reshape", "Transpose"]
+    widths = [n.inputs[1].initializer.numpy().tolist() for n in m.graph.nodes[:6] if n.op_type == "Reshape"]
+    assert widths == [[0, 0, 32], [0, 0, 32], [0, 0, 64]]
+    assert_same_outputs(original, m, **TOL)
 
 
 def test_4d_one_key_value_head_refuses():

@@ -237,9 +237,6 @@ class FuseAttention(Rule):
                 return f"MultiHeadAttention on 4-d heads needs their count and sizes known (q {q}, v {v})"
             if v[1] != bhst[1]:  # Falcon's one key/value head, which MatMul broadcasts
                 return f"MultiHeadAttention takes as many key/value heads as query heads ({v[1]}, not {bhst[1]})"
-            if q[3] != v[3]:  # LeViT's values are 4x wider than its keys
-                return (f"MultiHeadAttention takes 4-d keys and values of one shape; v's head size {v[3]} is not "
-                        f"k's {q[3]}")
         if "mask" in m:
             why = _mask_reason(_mask_dims(m), bhst, _query_count(m, bhst[2]) is not None)
             if why:
@@ -277,9 +274,13 @@ class FuseAttention(Rule):
             inputs = [m["q"], m["k"], m["v"]]
         four_d = op == "MultiHeadAttention" and not _three_d(m)
         if four_d:  # its query is [B, S, H*D]; keys and values may stay [B, H, T, D]
-            (q,) = edit.node("Transpose", [inputs[0]], {"perm": SPLIT}, hint=f"{inputs[0].name}_bshd")
-            width = edit.constant(np.array([0, 0, h * dims(m["q"])[3]], np.int64), "query_width")
-            (inputs[0],) = edit.node("Reshape", [q, width], hint=f"{inputs[0].name}_3d")
+            # of one shape; LeViT's values are wider than its keys: then all go
+            # in 3-d (their Transposes meet the head split's and cancel).
+            wide = dims(m["v"])[3] != dims(m["q"])[3]
+            for i, d in enumerate((dims(m["q"])[3], dims(m["q"])[3], dims(m["v"])[3])[:3 if wide else 1]):
+                (x,) = edit.node("Transpose", [inputs[i]], {"perm": SPLIT}, hint=f"{inputs[i].name}_bshd")
+                width = edit.constant(np.array([0, 0, h * d], np.int64), "heads_width")
+                (inputs[i],) = edit.node("Reshape", [x, width], hint=f"{inputs[i].name}_3d")
         if op == "MultiHeadAttention":
             attrs.update(num_heads=h)
         elif _three_d(m):  # 3-d inputs: the heads are the op's to split
