@@ -46,3 +46,29 @@ def test_one_rotary_with_its_rotated_channels(rest_end, interleaved):
 def test_other_slices_refuse(text, reason):
     m, r, _ = fuse("fuse_partial_rotary", text, opset=23)
     assert not r.modified and near(r, reason)
+
+
+@pytest.mark.parametrize("sizes", ["8, 8", "6, 10"])
+def test_the_slices_as_one_split(sizes):
+    # slices_to_split writes the two Slices as one Split
+    r = int(sizes.split(",")[0])
+    text = f"""g (float[B,4,S,16] x, float[B,S,{r // 2}] cos, float[B,S,{r // 2}] sin) => (float[B,4,S,16] y)
+            <int64[2] parts = {{{sizes}}}> {{
+        a, b = Split <axis = -1> (x, parts)
+        ra = RotaryEmbedding <num_heads = 4> (a, cos, sin)
+        y = Concat <axis = -1> (ra, b)
+    }}"""
+    m, result, original = fuse("fuse_partial_rotary", text, opset=23)
+    assert ops(m) == ["RotaryEmbedding"] and m.graph.nodes[0].attributes["rotary_embedding_dim"] == r
+    assert_same_outputs(original, m, feeds(r // 2), **TOL)
+
+
+def test_a_split_into_three_refuses():
+    text = """g (float[B,4,S,16] x, float[B,S,2] cos, float[B,S,2] sin) => (float[B,4,S,12] y, float[B,4,S,4] c)
+            <int64[3] parts = {4, 8, 4}> {
+        a, b, c = Split <axis = -1> (x, parts)
+        ra = RotaryEmbedding <num_heads = 4> (a, cos, sin)
+        y = Concat <axis = -1> (ra, b)
+    }"""
+    m, result, _ = fuse("fuse_partial_rotary", text, opset=23)
+    assert not result.modified and near(result, "'passed': its output 'c' is a graph output")

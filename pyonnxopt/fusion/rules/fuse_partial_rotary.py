@@ -4,6 +4,8 @@ with rotary_embedding_dim=r.
 
     y = Concat(RotaryEmbedding(Slice(x, 0, r, axis=-1), cos, sin [, pos]), Slice(x, r, D, axis=-1), axis=-1)
 ->  y = RotaryEmbedding(x, cos, sin [, pos], rotary_embedding_dim=r)
+(the two Slices also as one Split into [r, D - r], as slices_to_split
+writes them).
 
 torch's dynamo exporter writes Phi's, StableLM's and GPT-NeoX's partial
 rotary this way at opset 23 (x the [B, H, S, D] heads). The op rotates the
@@ -13,7 +15,8 @@ and fuse_rotary_heads can then take the head split.
 
 Refuses when:
  1. x is not 4-d with a known head size D, or the slices are not x's
-    first r and last D - r channels (last axis, step 1);
+    first r and last D - r channels (last axis, step 1; a Split: two parts
+    of known sizes along the last axis);
  2. the RotaryEmbedding already rotates fewer than r channels, or r is odd.
 """
 
@@ -43,7 +46,12 @@ class FusePartialRotary(Rule):
         x = Var("x")  # both slices read it
         rotary = Op("RotaryEmbedding", _slice(x, "rotated"), Var("cos"), Var("sin"), Var("pos", optional=True),
                     name="rotary")
-        return [Op("Concat", rotary, _slice(x, "passed"), name="joined")]
+        x2, sizes = Var("x"), Var("sizes", optional=True)
+        parts = [Op("Split", x2, sizes, name=n, output=i) for i, n in enumerate(("rotated", "passed"))]
+        split_rotary = Op("RotaryEmbedding", parts[0], Var("cos"), Var("sin"), Var("pos", optional=True),
+                          name="rotary")
+        return [Op("Concat", rotary, _slice(x, "passed"), name="joined"),
+                Op("Concat", split_rotary, parts[1], name="joined")]
 
     def check(self, m: Match) -> Optional[str]:
         x = dims(m["x"])
@@ -74,8 +82,17 @@ class FusePartialRotary(Rule):
 
 
 def _bounds(m: Match, name: str, d: int) -> Optional[tuple]:
-    """(start, end) of the Slice along x's last axis, clamped to [0, d];
-    None when it slices another axis, steps, or its operands are not constants."""
+    """(start, end) of the Slice (or Split part) along x's last axis, clamped
+    to [0, d]; None when it slices another axis, steps, or its operands are
+    not constants."""
+    if m[name].op_type == "Split":
+        split = m[name]
+        widths = [dims(v) for v in split.outputs]
+        if (split != m["passed"] or len(widths) != 2 or split.attributes.get("axis", 0) not in (-1, 3)
+                or any(w is None or len(w) != 4 or not isinstance(w[3], int) for w in widths)):
+            return None
+        first = widths[0][3]
+        return (0, first) if name == "rotated" else (first, first + widths[1][3])
     starts, ends, axes = (constant_ints(m[f"{name}_{k}"]) for k in ("starts", "ends", "axes"))
     steps = constant_ints(m[f"{name}_steps"]) if m[f"{name}_steps"] is not None else [1]
     if None in (starts, ends, axes, steps) or not (len(starts) == len(ends) == len(axes) == len(steps) == 1):
