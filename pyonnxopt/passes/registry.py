@@ -18,9 +18,9 @@ from pyonnxopt.passes.slices_to_split import SlicesToSplit
 _PASSES: dict = {name: NativePass(name, description) for name, description in _core.native_passes()}
 # Its forms hide the head split fuse_attention reads: it waits for the fusions.
 _PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].after_fusions = True
-for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(), SlicesToSplit(),
-           MergeEqualDims(),
-           EliminateSameShapeReshapes(), CancelReshapesAroundTranspose(), *BUILTIN_RULES, FlattenLinearRows()):
+for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(),
+           SlicesToSplit(), MergeEqualDims(), EliminateSameShapeReshapes(), CancelReshapesAroundTranspose(),
+           *BUILTIN_RULES, FlattenLinearRows()):
     _PASSES[_p.name] = _p
 
 # The default pipeline's order; passes registered later run after these.

@@ -98,9 +98,10 @@ def _unsplit(g, outer) -> Optional[list]:
     if end <= start or not _same_dims(d_out, [*dx[:-1], (end - start) * inner_size]):
         return None
     hint = outer.outputs[0].name
-    sliced = g.add_node("Slice", [x, _int64s(g, [start * inner_size], f"{hint}_starts"),
-                                  _int64s(g, [end * inner_size], f"{hint}_ends"), _int64s(g, [rank - 1], f"{hint}_axes")],
-                        [g.unique_name(f"{hint}_part")], name=g.unique_name(f"{hint}_part"), before=outer)
+    bounds = [_int64s(g, [start * inner_size], f"{hint}_starts"), _int64s(g, [end * inner_size], f"{hint}_ends"),
+              _int64s(g, [rank - 1], f"{hint}_axes")]
+    sliced = g.add_node("Slice", [x, *bounds], [g.unique_name(f"{hint}_part")], name=g.unique_name(f"{hint}_part"),
+                        before=outer)
     ids = [node_id(outer)]
     take_over(g, outer.outputs[0], sliced.outputs[0])
     g.remove_node(outer)

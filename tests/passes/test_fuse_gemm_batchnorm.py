@@ -81,7 +81,8 @@ def test_refuses_a_rank_3_matmul():
 @pytest.mark.parametrize("rows", ["f = Flatten <axis = 2> (t)", "f = Reshape (t, rows)"])
 def test_a_rank_3_matmul_whose_rows_go_into_the_batchnorm(rows):
     # LeViT's Linear + BatchNorm1d through TorchScript: BN over the flattened rows
-    proto = with_weights(f"""g (float[2,4,5] a) => (float[2,4,6] y) <int64[2] rows = {{-1, 6}}, int64[3] back = {{2, 4, 6}}> {{
+    proto = with_weights(f"""g (float[2,4,5] a) => (float[2,4,6] y)
+            <int64[2] rows = {{-1, 6}}, int64[3] back = {{2, 4, 6}}> {{
         t = MatMul (a, w)
         {rows}
         b = BatchNormalization <epsilon = 0.001> (f, scale, beta, mean, var)
@@ -94,11 +95,11 @@ def test_a_rank_3_matmul_whose_rows_go_into_the_batchnorm(rows):
 
 def test_refuses_rows_that_are_not_the_columns():
     # Flatten at axis 1: [2, 24] rows of 4 positions x 6 columns
-    proto = with_weights(f"""g (float[2,4,5] a) => (float[2,24] y) {{
+    proto = with_weights("""g (float[2,4,5] a) => (float[2,24] y) {
         t = MatMul (a, w)
         f = Flatten <axis = 1> (t)
         y = BatchNormalization (f, scale, beta, mean, var)
-    }}""", **rng_weights(w=(5, 6), scale=(24,), beta=(24,), mean=(24,), var=(24,)))
+    }""", **rng_weights(w=(5, 6), scale=(24,), beta=(24,), mean=(24,), var=(24,)))
     m, r = run_rule(RULE, proto)
     assert not r.modified
     assert near_misses(r) == ["the MatMul output [2, 4, 6] does not go into BatchNormalization as its rows ([2, 24])"]

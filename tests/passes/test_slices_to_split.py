@@ -66,7 +66,8 @@ def test_slices_tiling_an_axis_become_a_split_at_each_opset():
 ])
 def test_slices_that_do_not_tile_one_axis_stay(body):
     text = f"""g (float[4,10] x) => (float[?,?] a, float[?,?] b) <int64[1] s0 = {{0}}, int64[1] s3 = {{3}},
-            int64[1] s4 = {{4}}, int64[1] s10 = {{10}}, int64[1] ax = {{1}}, int64[1] zero = {{0}}, int64[1] two = {{2}}> {{
+            int64[1] s4 = {{4}}, int64[1] s10 = {{10}}, int64[1] ax = {{1}}, int64[1] zero = {{0}},
+            int64[1] two = {{2}}> {{
         {body}
     }}"""
     m, r = run(text)
