@@ -97,3 +97,21 @@ def test_a_batchnorm_before_an_unpadded_conv(pads, fuses):
     else:
         assert not r.modified
         assert near_misses(r) == ["the Conv pads its input: a shift before it would reach the padded border"]
+
+
+@pytest.mark.parametrize("opset, left", [(20, ["Conv", "Gelu", "Conv"]),
+                                         (17, ["Conv", "Div", "Erf", "Add", "Mul", "Conv"])])
+def test_a_gelus_half_before_a_conv_stays_where_the_gelu_fuses(opset, left):
+    # ConvNeXt-style: Conv -> x * (1 + erf(x / sqrt 2)) * 0.5 -> Conv; the 0.5
+    # goes into the Conv only where no Gelu can take it (opset 17: the Mul goes).
+    import pyonnxopt
+
+    weights = rng_weights(w1=(4, 4, 1, 1), w2=(6, 4, 1, 1))
+    proto = with_weights("""g (float[2,4,5,5] x) => (float[2,6,5,5] y)
+            <float s2 = {1.4142135}, float one = {1.0}, float half = {0.5}> {
+        c = Conv (x, w1)
+        d = Div(c, s2)  e = Erf(d)  a = Add(e, one)  p = Mul(c, a)  h = Mul(p, half)
+        y = Conv (h, w2)
+    }""", opset, **weights)
+    m, report = pyonnxopt.optimize(proto)
+    assert [n.op_type for n in m.graph.nodes] == left and report["check"]["first_mismatch"] is None

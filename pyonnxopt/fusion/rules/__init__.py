@@ -30,7 +30,6 @@ BUILTIN_RULES: list = [
     FuseHardSwish(),  # before FusedConv takes a Conv's Add (x + 3 is one)
     FuseConvBatchnorm(),
     FuseConvScaleBias(),
-    FuseConvInputScale(),
     FuseConvActivation(),
     FuseGemmBatchnorm(),
     FuseMatmulAddIntoGemm(),
@@ -41,6 +40,7 @@ BUILTIN_RULES: list = [
     FuseGelu(),
     FuseBiasGelu(),
     FuseQuickGelu(),
+    FuseConvInputScale(),  # takes a Mul an activation's pattern may end in: after them, and after_fusions
     CancelReshapesAroundAdd(),  # Swin's shifted-window mask, so that its attention fuses
     FuseAttention(),
     FusePartialRotary(),  # Phi's partial rotary: one RotaryEmbedding, for the next

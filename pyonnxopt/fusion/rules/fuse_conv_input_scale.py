@@ -14,6 +14,8 @@ W[m, j] reads (g groups). A scale commutes with the zero padding (0 * s
 is 0); a shift does not (the padded border would read t instead of 0).
 Paddle's Dropout exported as Mul(0.5) before SqueezeNet's last Conv; a
 Keras Rescaling(1/255) or a normalization by the std before the stem.
+It runs once no other fusion fires: a GELU's final * 0.5 or a hard swish's
+/ 6 before a Conv belongs to them where they can fuse.
 
 Refuses when:
  1. the Conv's weight or bias is not a constant, or its element type is
@@ -43,6 +45,9 @@ from pyonnxopt.fusion.rules._channels import Channels, attribute, channel_vector
 class FuseConvInputScale(Rule):
     name = "fuse_conv_input_scale"
     description = "a constant scale (or, without padding, shift) of a Conv's input -> its weight (bias)"
+    # Its Mul may be the last node of a GELU (x * (1 + erf) * 0.5) or hard
+    # swish (/ 6) that another rule fuses whole: it waits until none fires.
+    after_fusions = True
 
     def pattern(self, opset: int) -> list:
         variants = []
