@@ -115,3 +115,18 @@ def test_a_gelus_half_before_a_conv_stays_where_the_gelu_fuses(opset, left):
     }""", opset, **weights)
     m, report = pyonnxopt.optimize(proto)
     assert [n.op_type for n in m.graph.nodes] == left and report["check"]["first_mismatch"] is None
+
+
+def test_target_ort_folds_into_the_fused_conv():
+    # With --target ort the Conv is a com.microsoft FusedConv (Conv + Relu)
+    # by the time the scale's turn comes (Paddle SqueezeNet's last block).
+    import pyonnxopt
+
+    weights = rng_weights(w1=(4, 4, 3, 3), b1=(4,), w2=(6, 4, 1, 1), b2=(6,))
+    proto = with_weights("""g (float[2,4,5,5] x) => (float[2,6,5,5] y) <float half = {0.5}> {
+        c = Conv <pads = [1, 1, 1, 1]> (x, w1, b1)  r = Relu(c)  h = Mul(r, half)
+        d = Conv (h, w2, b2)  y = Relu(d)
+    }""", **weights)
+    m, report = pyonnxopt.optimize(proto, target="ort")
+    assert [(n.op_type, n.domain) for n in m.graph.nodes] == [("FusedConv", "com.microsoft")] * 2
+    assert report["check"]["first_mismatch"] is None

@@ -15,7 +15,9 @@ is 0); a shift does not (the padded border would read t instead of 0).
 Paddle's Dropout exported as Mul(0.5) before SqueezeNet's last Conv; a
 Keras Rescaling(1/255) or a normalization by the std before the stem.
 It runs once no other fusion fires: a GELU's final * 0.5 or a hard swish's
-/ 6 before a Conv belongs to them where they can fuse.
+/ 6 before a Conv belongs to them where they can fuse. With --target ort
+the Conv may be a com.microsoft FusedConv by then (act(conv(x) + z)): the
+same folding holds for its convolution.
 
 Refuses when:
  1. the Conv's weight or bias is not a constant, or its element type is
@@ -40,6 +42,7 @@ from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.rules._batchnorm import batchnorm, batchnorm_refusal, epsilon, parameters
 from pyonnxopt.fusion.rules._channels import Channels, attribute, channel_vector, per_channel_refusal, type_refusal
+from pyonnxopt.fusion.targets import MS_DOMAIN
 
 
 class FuseConvInputScale(Rule):
@@ -51,10 +54,16 @@ class FuseConvInputScale(Rule):
 
     def pattern(self, opset: int) -> list:
         variants = []
-        for ops, commutative in (("Mul|Add", True), ("Div|Sub", False)):
-            affine = Op(ops, Var("x"), Const("k"), name="affine", commutative=commutative)
-            variants.append(Op("Conv", affine, Const("w"), Const("b", optional=True), name="conv"))
-        variants.append(Op("Conv", batchnorm(Var("x"), opset), Const("w"), Const("b", optional=True), name="conv"))
+        # --target ort has made its FusedConvs by the time this runs; the
+        # activation and residual after the convolution change nothing here.
+        for conv, domain in (("Conv", ""), ("FusedConv", MS_DOMAIN)):
+            residual = [Var("z", optional=True)] if domain else []
+            for ops, commutative in (("Mul|Add", True), ("Div|Sub", False)):
+                affine = Op(ops, Var("x"), Const("k"), name="affine", commutative=commutative)
+                variants.append(Op(conv, affine, Const("w"), Const("b", optional=True), *residual, name="conv",
+                                   domain=domain))
+            variants.append(Op(conv, batchnorm(Var("x"), opset), Const("w"), Const("b", optional=True), *residual,
+                               name="conv", domain=domain))
         return variants
 
     def check(self, m: Match) -> Optional[str]:
@@ -84,16 +93,16 @@ class FuseConvInputScale(Rule):
         w, conv = m.array("w"), m["conv"]
         group = attribute(conv, "group", 1)
         scale, shift = _scale_and_shift(m, w.shape[1] * group)
-        inputs = [m["x"], m["w"]] + ([m["b"]] if m["b"] is not None else [])
+        inputs = [m["x"], m["w"], m["b"], m["z"] if "z" in m else None]
         if shift is not None:  # from the weights as they are, before any scaling
             per_weight = shift[_input_channel(w.shape[0], w.shape[1], group)]  # [M, C/g]
             added = (w.astype(np.float64).reshape(w.shape[0], w.shape[1], -1).sum(axis=2) * per_weight).sum(axis=1)
             bias = m.array("b").astype(np.float64) if m["b"] is not None else np.zeros(w.shape[0])
             bias_name = m["b"].name if m["b"] is not None else f"{m['w'].name}_bias"
-            inputs[2:] = [edit.constant((bias + added).astype(w.dtype), f"{bias_name}_shifted")]
+            inputs[2] = edit.constant((bias + added).astype(w.dtype), f"{bias_name}_shifted")
         if scale is not None:
             inputs[1] = edit.constant(fold.scale_channels(w, scale, axis=1, groups=group), f"{m['w'].name}_scaled")
-        edit.replace_root("Conv", inputs, copy_attrs_from=conv)
+        edit.replace_root(conv.op_type, inputs, domain=conv.domain, copy_attrs_from=conv)
         return None
 
 
