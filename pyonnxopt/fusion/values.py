@@ -48,6 +48,23 @@ def constant_reason(label: str, array: np.ndarray, want: float, onnx_dtype: int)
     return f"{label} is {scalar_of(array)!r}, needs {want:.7g}"
 
 
+def constants_refusal(m, wanted: dict, dtype: int) -> Optional[str]:
+    """None when each of the match's constants named in `wanted` (those the
+    variant has) holds its wanted value and broadcasts no more than x (the
+    match's "x") does; else why not, for a near miss."""
+    rank = None if m.shape("x") is None else len(m.shape("x"))
+    for name, want in wanted.items():
+        if name not in m:
+            continue
+        why = constant_reason(f"'{m[name].name}'", m.array(name), want, dtype)
+        if why:
+            return why
+        const_rank = len(m.shape(name))
+        if const_rank and (rank is None or const_rank > rank):
+            return f"'{m[name].name}' has rank {const_rank} and x's rank is {rank or 'unknown'}: it may broadcast x"
+    return None
+
+
 _OUTPUT_ALIASES: ContextVar[Mapping] = ContextVar("output_aliases", default=MappingProxyType({}))
 
 
@@ -146,6 +163,27 @@ def constant_ints(v: Optional[Value]) -> Optional[list]:
     if v is None or v.initializer is None or v.is_graph_input or v.initializer.data_type not in (6, 7):
         return None
     return [int(x) for x in np.asarray(v.initializer.numpy()).reshape(-1)]
+
+
+def clamped_range(start: int, end: int, length: int) -> tuple:
+    """A step-1 Slice's [start, end) on an axis of `length`: negative
+    indices count from the end, both clamped to [0, length], as ONNX does."""
+    def clamp(i: int) -> int:
+        return min(max(i + length if i < 0 else i, 0), length)
+    return clamp(start), clamp(end)
+
+
+def one_axis_slice(node) -> Optional[tuple]:
+    """(axis, start, end) of a Slice (opset 10 and later) on one axis with
+    step 1 and constant parameters, the axis as written (it may be
+    negative); None for any other."""
+    ins = list(node.inputs) + [None] * (5 - len(node.inputs))
+    starts, ends = constant_ints(ins[1]), constant_ints(ins[2])
+    axes = constant_ints(ins[3]) if ins[3] is not None else [0]
+    steps = constant_ints(ins[4]) if ins[4] is not None else [1]
+    if None in (starts, ends, axes, steps) or not len(starts) == len(ends) == len(axes) == len(steps) == 1:
+        return None
+    return (axes[0], starts[0], ends[0]) if steps[0] == 1 else None
 
 
 def attr_or_input(node, attr: str, index: int) -> Optional[list]:

@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from pyonnxopt.fusion.rule import node_id
-from pyonnxopt.fusion.values import attr_or_input, constant_ints, dims
+from pyonnxopt.fusion.values import attr_or_input, clamped_range, constant_ints, dims, one_axis_slice
 from pyonnxopt.model import Model
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 
@@ -81,18 +81,10 @@ def _entries(v) -> Optional[list]:
         return gathered if gathered is not None else _unknown_of(v)
     if p.op_type == "Slice" and len(p.inputs) >= 3:
         data = _entries(p.inputs[0]) if p.inputs[0] is not None else None
-        starts, ends = constant_ints(p.inputs[1]), constant_ints(p.inputs[2])
-        axes = constant_ints(p.inputs[3]) if len(p.inputs) > 3 and p.inputs[3] is not None else [0]
-        steps = constant_ints(p.inputs[4]) if len(p.inputs) > 4 and p.inputs[4] is not None else [1]
-        if data is not None and starts and ends and axes in ([0], [-1]) and steps == [1]:
-            return data[slice(*_clamp(starts[0], ends[0], len(data)))]
+        part = one_axis_slice(p)
+        if data is not None and part is not None and part[0] in (0, -1):
+            return data[slice(*clamped_range(part[1], part[2], len(data)))]
     return _unknown_of(v)
-
-
-def _clamp(start: int, end: int, n: int) -> tuple:
-    start = start + n if start < 0 else start
-    end = end + n if end < 0 else end
-    return max(0, min(n, start)), max(0, min(n, end))
 
 
 def _gathered(p) -> Optional[list]:

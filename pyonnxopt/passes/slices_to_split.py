@@ -30,7 +30,7 @@ from typing import Optional
 import numpy as np
 
 from pyonnxopt.fusion.rule import node_id, take_over
-from pyonnxopt.fusion.values import constant_ints, dims
+from pyonnxopt.fusion.values import clamped_range, dims, one_axis_slice
 from pyonnxopt.model import Model, raw_data
 from pyonnxopt.opset import default_opset
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
@@ -40,24 +40,6 @@ _STANDARD = ("", "ai.onnx")
 
 def _op(n, op_type: str) -> bool:
     return n is not None and n.op_type == op_type and n.domain in _STANDARD and not n.pinned
-
-
-def _one_axis_range(s) -> Optional[tuple]:
-    """(axis, start, end) of a Slice on one axis with step 1 and constant
-    parameters; the axis as given (may be negative)."""
-    ins = list(s.inputs) + [None] * (5 - len(s.inputs))
-    starts, ends = constant_ints(ins[1]), constant_ints(ins[2])
-    axes = constant_ints(ins[3]) if ins[3] is not None else [0]
-    steps = constant_ints(ins[4]) if ins[4] is not None else [1]
-    if None in (starts, ends, axes, steps) or not len(starts) == len(ends) == len(axes) == len(steps) == 1:
-        return None
-    return (axes[0], starts[0], ends[0]) if steps[0] == 1 else None
-
-
-def _clamped(start: int, end: int, length: int) -> tuple:
-    def clamp(i):
-        return min(max(i + length if i < 0 else i, 0), length)
-    return clamp(start), clamp(end)
 
 
 def _same_dims(a: list, b: list) -> bool:
@@ -90,10 +72,10 @@ def _unsplit(g, outer) -> Optional[list]:
     if (len(factors) < 2 or not all(isinstance(f, int) and f > 0 for f in factors) or math.prod(factors) != dx[-1]
             or not _same_dims(d_in[:rank - 1], dx[:-1])):
         return None
-    part = _one_axis_range(s)
+    part = one_axis_slice(s)
     if part is None or part[0] not in (rank - 1, rank - 1 - len(d_in)):
         return None
-    start, end = _clamped(part[1], part[2], factors[0])
+    start, end = clamped_range(part[1], part[2], factors[0])
     inner_size = math.prod(factors[1:])
     if end <= start or not _same_dims(d_out, [*dx[:-1], (end - start) * inner_size]):
         return None
@@ -159,13 +141,13 @@ class SlicesToSplit(Pass):
             position = {n: i for i, n in enumerate(g.nodes)}
             readers = defaultdict(list)  # (value name, axis) -> [(start, end, Slice)]
             for n in g.nodes:
-                part = _one_axis_range(n) if _op(n, "Slice") and len(n.outputs) == 1 else None
+                part = one_axis_slice(n) if _op(n, "Slice") and len(n.outputs) == 1 else None
                 d = dims(n.inputs[0]) if part else None
                 if d is None:
                     continue
                 axis = part[0] + len(d) if part[0] < 0 else part[0]
                 if 0 <= axis < len(d) and isinstance(d[axis], int):
-                    readers[(n.inputs[0].name, axis)].append((*_clamped(part[1], part[2], d[axis]), n))
+                    readers[(n.inputs[0].name, axis)].append((*clamped_range(part[1], part[2], d[axis]), n))
             for (name, axis), parts in readers.items():
                 x = g.value(name)
                 if len(parts) >= 2 and _tiles(parts, dims(x)[axis]):

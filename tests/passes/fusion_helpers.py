@@ -72,6 +72,14 @@ def assert_same_outputs(before: onnx.ModelProto, after: pyonnxopt.Model, rtol: f
         np.testing.assert_allclose(h, w, rtol=rtol, atol=atol)
 
 
+def fused_by(rule: str, proto: onnx.ModelProto):
+    """run_rule that must fire and keep the outputs (rtol = atol = 1e-5)."""
+    m, r = run_rule(rule, proto)
+    assert r.modified, r.stats["near_misses"]
+    assert_same_outputs(proto, m)
+    return m, r
+
+
 def near_misses(result) -> list:
     """The reasons after each near miss's node id."""
     return [line.split(": ", 1)[1] for line in result.stats["near_misses"]]

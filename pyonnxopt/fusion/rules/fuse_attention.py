@@ -276,8 +276,9 @@ class FuseAttention(Rule):
         if four_d:  # its query is [B, S, H*D]; keys and values may stay [B, H, T, D]
             # of one shape; LeViT's values are wider than its keys: then all go
             # in 3-d (their Transposes meet the head split's and cancel).
-            wide = dims(m["v"])[3] != dims(m["q"])[3]
-            for i, d in enumerate((dims(m["q"])[3], dims(m["q"])[3], dims(m["v"])[3])[:3 if wide else 1]):
+            key_size, value_size = dims(m["q"])[3], dims(m["v"])[3]
+            head_sizes = [key_size] if value_size == key_size else [key_size, key_size, value_size]
+            for i, d in enumerate(head_sizes):  # q, or q, k and v
                 (x,) = edit.node("Transpose", [inputs[i]], {"perm": SPLIT}, hint=f"{inputs[i].name}_bshd")
                 width = edit.constant(np.array([0, 0, h * d], np.int64), "heads_width")
                 (inputs[i],) = edit.node("Reshape", [x, width], hint=f"{inputs[i].name}_3d")

@@ -27,7 +27,7 @@ from typing import Optional
 
 from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
-from pyonnxopt.fusion.values import constant_reason
+from pyonnxopt.fusion.values import constants_refusal
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain, opset_reason
 
 SQRT2 = math.sqrt(2.0)
@@ -99,16 +99,9 @@ class FuseGelu(Rule):
             wanted.update(three=3.0, c_cubic=TANH_CUBIC, k_tanh=SQRT_2_OVER_PI, one_inner=1.0)
         else:
             wanted["c_erf"] = SQRT2 if m["erf_arg"].op_type == "Div" else 1 / SQRT2
-        rank = None if m.shape("x") is None else len(m.shape("x"))
-        for name, want in wanted.items():
-            if name not in m:
-                continue
-            why = constant_reason(f"'{m[name].name}'", m.array(name), want, dtype)
-            if why:
-                return why
-            const_rank = len(m.shape(name))
-            if const_rank and (rank is None or const_rank > rank):
-                return f"'{m[name].name}' has rank {const_rank} and x's rank is {rank or 'unknown'}: it may broadcast x"
+        why = constants_refusal(m, wanted, dtype)
+        if why:
+            return why
         if m.options.target == "ort":
             return dtype_reason(MS_DOMAIN, "FastGelu" if tanh else "Gelu", dtype)
         return opset_reason("Gelu", m.opset) or dtype_reason("", "Gelu", dtype)

@@ -23,7 +23,7 @@ from typing import Optional
 from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.targets import dtype_reason, opset_reason
-from pyonnxopt.fusion.values import constant_reason
+from pyonnxopt.fusion.values import constants_refusal
 
 _VALUES = {"three": 3.0, "zero": 0.0, "six": 6.0, "divisor": 6.0, "sixth": 1 / 6}
 
@@ -56,17 +56,8 @@ class FuseHardSwish(Rule):
             alpha, beta = gate.attributes.get("alpha", 0.2), gate.attributes.get("beta", 0.5)
             if abs(alpha - 1 / 6) > 1e-6 or abs(beta - 0.5) > 1e-6:
                 return f"HardSigmoid has alpha {alpha:.7g} and beta {beta:.7g}, HardSwish's are 1/6 and 0.5"
-        rank = None if m.shape("x") is None else len(m.shape("x"))
-        for name, want in _VALUES.items():
-            if name not in m:
-                continue
-            why = constant_reason(f"'{m[name].name}'", m.array(name), want, dtype)
-            if why:
-                return why
-            const_rank = len(m.shape(name))
-            if const_rank and (rank is None or const_rank > rank):
-                return f"'{m[name].name}' has rank {const_rank} and x's rank is {rank or 'unknown'}: it may broadcast x"
-        return opset_reason("HardSwish", m.opset) or dtype_reason("", "HardSwish", dtype)
+        return (constants_refusal(m, _VALUES, dtype) or opset_reason("HardSwish", m.opset)
+                or dtype_reason("", "HardSwish", dtype))
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         edit.replace_root("HardSwish", [m["x"]])

@@ -185,7 +185,6 @@ def _nonnegative(v) -> bool:
     return False
 
 
-
 def _combined(consumer, added: list) -> list:
     """The consumer's pads plus `added` (an own pads list of another length
     is caught by check)."""

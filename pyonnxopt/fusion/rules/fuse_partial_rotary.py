@@ -26,10 +26,7 @@ from typing import Optional
 
 from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
-from pyonnxopt.fusion.values import constant_ints, dims
-
-_INT64_MAX = (1 << 63) - 1
-
+from pyonnxopt.fusion.values import clamped_range, dims, one_axis_slice
 
 def _slice(x: Var, name: str) -> Op:
     return Op("Slice", x, Var(f"{name}_starts"), Var(f"{name}_ends"), Var(f"{name}_axes"),
@@ -93,14 +90,5 @@ def _bounds(m: Match, name: str, d: int) -> Optional[tuple]:
             return None
         first = widths[0][3]
         return (0, first) if name == "rotated" else (first, first + widths[1][3])
-    starts, ends, axes = (constant_ints(m[f"{name}_{k}"]) for k in ("starts", "ends", "axes"))
-    steps = constant_ints(m[f"{name}_steps"]) if m[f"{name}_steps"] is not None else [1]
-    if None in (starts, ends, axes, steps) or not (len(starts) == len(ends) == len(axes) == len(steps) == 1):
-        return None
-    if axes[0] not in (-1, 3) or steps[0] != 1:
-        return None
-
-    def clamp(i: int) -> int:
-        return max(0, min(d, i + d if i < 0 else i))
-
-    return clamp(starts[0]), clamp(min(ends[0], _INT64_MAX))
+    part = one_axis_slice(m[name])
+    return clamped_range(part[1], part[2], d) if part is not None and part[0] in (-1, 3) else None
