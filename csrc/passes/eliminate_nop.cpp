@@ -187,6 +187,33 @@ const char* tile_nop(const Node& n, std::string& why) {
   return all_equal(*repeats, 1) ? nullptr : kNotMine;
 }
 
+// A Reduce that keeps its axes and reduces only axes of size 1: each output
+// element is its one input element (Sum adds it to zero, Mean divides it by
+// one). With noop_with_empty_axes and no axes it returns its input by
+// definition.
+const char* reduce_nop(const Model& m, const Graph& g, const Node& n, std::string& why) {
+  const int64_t since = n.op_type.value == "ReduceSum" ? 13 : 18;
+  IntList axes = int_list(m, g, n, "axes", 1, since);
+  if (axes.why) return not_constant(why, "axes", n, 1, axes.why);
+  const bool all_axes = axes.values.empty();
+  if (all_axes && int_attribute(n, "noop_with_empty_axes", 0) != 0) return nullptr;
+  if (int_attribute(n, "keepdims", 1) == 0) return kNotMine;
+  auto shape = known_shape(n.inputs[0]);
+  if (!shape) return "input rank unknown";
+  const int64_t rank = static_cast<int64_t>(shape->size());
+  std::vector<int64_t> reduced = axes.values;
+  if (all_axes)
+    for (int64_t i = 0; i < rank; ++i) reduced.push_back(i);
+  bool unknown = false;
+  for (int64_t axis : reduced) {
+    if (axis < -rank || axis >= rank) return kNotMine;
+    const int64_t dim = (*shape)[axis < 0 ? axis + rank : axis];
+    if (dim == kUnknownDim) unknown = true;
+    else if (dim != 1) return kNotMine;
+  }
+  return unknown ? "reduced dims unknown" : nullptr;
+}
+
 // nullptr when `n` returns its first input unchanged as its first output,
 // else why not (kNotMine when it is simply not such a node).
 const char* why_not_nop(const Model& m, const Graph& g, const Node& n, std::string& why) {
@@ -197,6 +224,8 @@ const char* why_not_nop(const Model& m, const Graph& g, const Node& n, std::stri
   if (op == "Slice") return slice_nop(m, g, n, why);
   if (op == "Pad") return pad_nop(m, g, n, why);
   if (op == "Tile") return tile_nop(n, why);
+  if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd")
+    return reduce_nop(m, g, n, why);
   return attribute_nop(n);
 }
 

@@ -109,6 +109,67 @@ def test_numbers_and_idempotence():
     assert not get("eliminate_nop").run(m).modified
 
 
+# ---- Reduce over axes of size 1 ----
+
+def test_reduce_over_size_one_axes_keeping_them_goes():
+    # opset 17: ReduceMean's axes an attribute, ReduceSum's an input
+    text = """g (float[N,1,4,1] x) => (float[N,1,4,1] y) <int64[2] ax = {1, -1}> {
+        a = ReduceMean <axes = [1, 3]> (x)
+        b = ReduceSum(a, ax)
+        c = ReduceMax <axes = [-3], keepdims = 1> (b)
+        d = ReduceMin <axes = [1]> (c)
+        e = ReduceProd <axes = [3]> (d)
+        y = Neg(e)
+    }"""
+    m, r = run(text)
+    assert structure(m) == [("Neg", ["x"], ["y"])] and r.stats["nodes_removed"] == 5
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 1, 4, 1)).astype(np.float32)}
+    assert np.array_equal(outputs(parse(text), feeds)[0], outputs(m, feeds)[0])
+
+
+def test_reduce_axes_as_an_input_from_opset_18():
+    text = """g (float[1,5] x) => (float[1,5] y, float[1,5] z) <int64[1] ax = {0}> {
+        a = ReduceMax(x, ax)
+        y = Neg(a)
+        b = ReduceMean <noop_with_empty_axes = 1> (x)
+        z = Abs(b)
+    }"""
+    m, r = run(text, opset=18)
+    assert structure(m) == [("Neg", ["x"], ["y"]), ("Abs", ["x"], ["z"])]
+    feeds = {"x": np.random.default_rng(1).standard_normal((1, 5)).astype(np.float32)}
+    for want, got in zip(outputs(parse(text, 18), feeds), outputs(m, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_reduce_of_all_axes_of_a_one_element_tensor_goes():
+    m, r = run("""g (float[1,1] x) => (float[1,1] y) {
+        a = ReduceSum(x)
+        y = Neg(a)
+    }""")
+    assert structure(m) == [("Neg", ["x"], ["y"])]
+
+
+def test_reduce_that_changes_its_input_stays():
+    m, r = run("""g (float[N,1,4] x, float[N,1] u) => (float[N,4] y, float[N,1,1] z, float[1,1,1] w, float[1,1] v) {
+        y = ReduceMean <axes = [1], keepdims = 0> (x)
+        z = ReduceMean <axes = [1, 2]> (x)
+        w = ReduceSum(x)
+        v = ReduceSum(u)
+    }""")
+    assert ops(m) == ["ReduceMean", "ReduceMean", "ReduceSum", "ReduceSum"]
+    assert reasons(r) == ["reduced dims unknown"]
+
+
+def test_reduce_of_unknown_rank_or_computed_axes_is_refused():
+    m, r = run("""g (float[2,1] x, int64[1] ax) => (float[2,1] y, float[2,1] z) {
+        a = Relu(x)
+        y = ReduceMax <axes = [1]> (a)
+        z = ReduceSum(x, ax)
+    }""")
+    assert ops(m) == ["Relu", "ReduceMax", "ReduceSum"]
+    assert reasons(r) == ["input rank unknown", "axes 'ax' is not a constant (no initializer)"]
+
+
 # ---- Reshape ----
 
 def test_reshape_to_its_own_shape_goes():
