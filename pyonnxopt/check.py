@@ -52,28 +52,34 @@ def session(model_source, external_folder: Optional[str] = None):
 
 # Sizes for unknown dims past an input's first axis, tried in turn until the
 # original runs: 1 first (cheap), then enough for a ViT's 16x16 patches, a
-# GoogLeNet's five halvings or a wav2vec2 feature extractor (400 samples).
-CHECK_SIZES = (1, 32, 224, 1024)
+# GoogLeNet's five halvings or a wav2vec2 feature extractor (400 samples);
+# 224 and 384 are the image sizes whose position tables ViTs are made with.
+CHECK_SIZES = (1, 32, 224, 384, 1024)
 
 
-MAX_INPUT_BYTES = 4 << 30  # one generated input; past it, --check-inputs
+# One generated input; past it, --check-inputs. An image input with all four
+# dims unknown is 4 GiB at 1024 (8 while numpy draws it in float64).
+MAX_INPUT_BYTES = 1 << 30
 
 
 def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
-                  symbols: Optional[dict] = None, batch: int = 1) -> dict:
+                  symbols: Optional[dict] = None, batch: int = 1, implied: Optional[dict] = None) -> dict:
     """Seeded inputs: floats ~ N(0, 1), integers 0 or 1 (index-like inputs
     such as token ids, token types and masks stay in range of any table),
     booleans at random; unknown dims are `batch` on an input's first axis
     and `size` after it, but a named dim in `symbols` takes its size
-    there. Inputs named in `given` (the caller has them) are left out."""
+    there, and a dim the weights fix (`implied`, {input: {axis: size}},
+    see weight_dims) that size. Inputs named in `given` (the caller
+    has them) are left out."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    for name, (dtype, shape) in _input_shapes(sess, given, size, symbols, batch).items():
+    for name, (dtype, shape) in _input_shapes(sess, given, size, symbols, batch, implied).items():
         if np.prod(shape, dtype=np.float64) * np.dtype(dtype).itemsize > MAX_INPUT_BYTES:
             raise CheckUnavailable(f"input '{name}' of shape {shape} is too large to generate for the check "
                                    f"(over {MAX_INPUT_BYTES >> 30} GiB); give smaller inputs with --check-inputs")
-        if np.issubdtype(dtype, np.floating):
-            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        if np.issubdtype(dtype, np.floating):  # drawn in float32 unless float64: no float64 copy of a big input
+            draw = np.float64 if dtype == np.float64 else np.float32
+            feeds[name] = rng.standard_normal(shape, dtype=draw).astype(dtype, copy=False)
         elif dtype is np.bool_:
             feeds[name] = rng.integers(0, 2, shape).astype(np.bool_)
         else:
@@ -81,9 +87,11 @@ def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
     return feeds
 
 
-def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict], batch: int) -> dict:
+def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict], batch: int,
+                  implied: Optional[dict] = None) -> dict:
     """name -> (numpy dtype, shape) of the inputs random_inputs makes."""
     out = {}
+    implied = implied or {}
     for i in sess.get_inputs():
         if i.name in given:
             continue
@@ -91,7 +99,9 @@ def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict]
         if dtype is None:
             raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate "
                                    "(give inputs with --check-inputs FILE.npz)")
-        out[i.name] = (dtype, [d if isinstance(d, int) and d >= 0 else (symbols or {}).get(d, batch if axis == 0 else size)
+        fixed = implied.get(i.name, {})
+        out[i.name] = (dtype, [d if isinstance(d, int) and d >= 0 else fixed[axis] if axis in fixed else
+                               (symbols or {}).get(d, batch if axis == 0 else size)
                                for axis, d in enumerate(i.shape or [])])
     return out
 
@@ -134,6 +144,8 @@ class Reference:
     `session` takes); inputs are shaped as `shaped_by` declares them (a
     session, default the original's) and `inputs` (name -> array) replaces
     any of them. `required` outputs must all be in every candidate.
+    `implied` ({input: {axis: size}}, see weight_dims) gives the
+    dynamic dims the model's weights fix their sizes in every sample.
 
     Generated inputs come in two samples where the model has dynamic dims:
     the first that the original runs on (small sizes), then the same with
@@ -142,7 +154,8 @@ class Reference:
     The second is dropped where the original cannot run on it."""
 
     def __init__(self, original, *, seed: int = 0, inputs: Optional[dict] = None, shaped_by=None,
-                 required: Optional[list] = None, rtol: float = 1e-4, atol: float = 1e-5, narrow_eps: float = 0.0):
+                 required: Optional[list] = None, rtol: float = 1e-4, atol: float = 1e-5, narrow_eps: float = 0.0,
+                 implied: Optional[dict] = None):
         if isinstance(original, (str, bytes, os.PathLike)):
             try:
                 original = session(original)
@@ -161,16 +174,17 @@ class Reference:
         self.seed = None if inputs else seed
         self._steady = False  # whether the original was seen to give the same outputs twice
         given = set(inputs or {})
-        grows = _grows(shaped_by, given)
+        self._implied = implied or {}
+        grows = _grows(shaped_by, given, self._implied)
         self._sizes = CHECK_SIZES if grows else CHECK_SIZES[:1]
-        named = _named_dim_tries(shaped_by, given) if grows else []
+        named = _named_dim_tries(shaped_by, given, self._implied) if grows else []
         tries = [(size, None) for size in self._sizes] + named
         self._tried = "" if len(tries) == 1 else (f" (unknown dims {', '.join(map(str, self._sizes))} tried"
                                                   + (", and each named dim 2 with the others 1" if named else "") + ")")
         wanted = self.required or [o.name for o in original.get_outputs()]
         first_failure = None
         for size, symbols in tries:
-            feeds = random_inputs(shaped_by, seed, given=given, size=size, symbols=symbols)
+            feeds = random_inputs(shaped_by, seed, given=given, size=size, symbols=symbols, implied=self._implied)
             feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
             where = "given inputs" if inputs else f"seed {seed}" + (f", unknown dims {size}" if grows else "")
             if symbols and not inputs:
@@ -195,18 +209,19 @@ class Reference:
         symbols: dict = {}
         dynamic = False
         for i in shaped_by.get_inputs():
-            for d, n in zip(i.shape or [], first.feeds[i.name].shape):
+            for _, d, n in _free_dims(i, first.feeds[i.name].shape, self._implied):
                 if not (isinstance(d, int) and d >= 0):
                     dynamic = True
                     if isinstance(d, str) and d:
                         symbols[d] = 2 * n
         if not dynamic:
             return
-        shapes = _input_shapes(shaped_by, (), 2 * first.unknown_dims, symbols, 2)
+        shapes = _input_shapes(shaped_by, (), 2 * first.unknown_dims, symbols, 2, self._implied)
         if sum(np.prod(shape, dtype=np.float64) * np.dtype(t).itemsize for t, shape in shapes.values()) \
                 > SECOND_SAMPLE_BYTES:
             return
-        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols, batch=2)
+        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols, batch=2,
+                              implied=self._implied)
         sizes = ", ".join(f"{name} {value}" for name, value in symbols.items())
         sample = _Sample(feeds, f"seed {self.seed + 1}, dynamic dims doubled" + (f": {sizes}" if sizes else ""))
         try:
@@ -284,13 +299,15 @@ class Reference:
 
 def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5,
             inputs: Optional[dict] = None, shapes_from_optimized: bool = False,
-            required_outputs: Optional[list] = None, narrow_eps: float = 0.0) -> CheckResult:
+            required_outputs: Optional[list] = None, narrow_eps: float = 0.0,
+            implied_dims: Optional[dict] = None) -> CheckResult:
     """Runs both (paths or serialized bytes) on the same inputs and compares
     every output of the optimized model with the original's output of the
     same name. Inputs are seeded random ones, shaped as the original declares
     them (or as the optimized model does, with `shapes_from_optimized`, for
     input dims fixed during optimization); `inputs` (name -> array) replaces
-    any of them. `required_outputs` must all still be there. Floats match
+    any of them; dims the weights fix (`implied_dims`, see Reference) take
+    those sizes. `required_outputs` must all still be there. Floats match
     within rtol, and atol scaled up to 1e-6 of the output's largest value (so
     a large output's rounding in a fused kernel is not a mismatch); for
     float16 and bfloat16 see _float_tolerance."""
@@ -309,7 +326,8 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
         except Exception as e:
             return CheckResult.not_loaded(e)
     reference = Reference(a, seed=seed, inputs=inputs, shaped_by=b if shapes_from_optimized else None,
-                          required=required_outputs, rtol=rtol, atol=atol, narrow_eps=narrow_eps)
+                          required=required_outputs, rtol=rtol, atol=atol, narrow_eps=narrow_eps,
+                          implied=implied_dims)
     return reference.compare(b)
 
 
@@ -326,19 +344,26 @@ def narrow_eps(model) -> float:
     return max(eps, default=0.0)
 
 
-def _named_dim_tries(sess, given: set) -> list:
+def _free_dims(i, sizes, implied: dict) -> list:
+    """(axis, declared dim, size) of input `i`'s dims the weights leave free."""
+    fixed = implied.get(i.name, {})
+    return [(axis, d, n) for axis, (d, n) in enumerate(zip(i.shape or [], sizes)) if axis not in fixed]
+
+
+def _named_dim_tries(sess, given: set, implied: dict) -> list:
     """Tries for inputs whose named dims are related, one per named dim: it
     is 2, every other named dim 1. A decoder's attention mask covers the
     past and the new tokens: total = past + seq = 1 + 1. [(1, {name: size})]"""
-    names = list(dict.fromkeys(d for i in sess.get_inputs() if i.name not in given for d in (i.shape or [])
-                               if isinstance(d, str) and d))
+    names = list(dict.fromkeys(d for i in sess.get_inputs() if i.name not in given
+                               for _, d, _ in _free_dims(i, i.shape or [], implied) if isinstance(d, str) and d))
     return [(1, {n: 2 if n == total else 1 for n in names}) for total in names] if len(names) >= 3 else []
 
 
-def _grows(sess, given: set) -> bool:
-    """Whether some generated input has an unknown dim past its first axis."""
-    return any(not (isinstance(d, int) and d >= 0) for i in sess.get_inputs() if i.name not in given
-               for d in (i.shape or [])[1:])
+def _grows(sess, given: set, implied: dict) -> bool:
+    """Whether some generated input has an unknown dim past its first axis
+    that the weights leave free."""
+    return any(axis > 0 and not (isinstance(d, int) and d >= 0) for i in sess.get_inputs() if i.name not in given
+               for axis, d, _ in _free_dims(i, i.shape or [], implied))
 
 
 def _compare_outputs(names, want, got, rtol, atol, where, narrow_eps: float = 0.0) -> CheckResult:

@@ -16,6 +16,7 @@ from pyonnxopt.model import Model, load
 from pyonnxopt.opset import default_opset, upgrade
 from pyonnxopt.passes import PassOptions, run_passes
 from pyonnxopt.passes.manager import MAX_ITERATIONS
+from pyonnxopt.weight_dims import weight_implied_dims
 
 REPORT_VERSION = 2
 log = logging.getLogger(__name__)
@@ -180,7 +181,9 @@ def optimize(
             model.save(os.fspath(output))
             optimized_ref, written = os.fspath(output), True
         narrow = check.narrow_eps(original)
-        report["check"] = _check(original_ref, optimized_ref, seed, check_inputs, bool(fixed), kept_outputs, narrow)
+        implied = weight_implied_dims(original)
+        report["check"] = _check(original_ref, optimized_ref, seed, check_inputs, bool(fixed), kept_outputs, narrow,
+                                 implied)
         mismatch = report["check"].get("first_mismatch")
         if mismatch and not force:
             if written:
@@ -202,7 +205,7 @@ def optimize(
                 except ModelError:  # past 2 GB inline: the passes' mismatch is all we can say
                     converted_ref = None
                 converted_check = converted_ref and _check(original_ref, converted_ref, seed, check_inputs,
-                                                           bool(fixed), kept_outputs, narrow)
+                                                           bool(fixed), kept_outputs, narrow, implied)
                 if converted_check and converted_check.get("first_mismatch"):
                     raise converter_changed(report["opset_after"], converted_check["first_mismatch"], "--force",
                                             cannot_run(converted_check.get("unloadable"),
@@ -237,12 +240,13 @@ def converter_changed(opset: int, output: str, last_resort: str = "",
 
 
 def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed: bool, outputs: list,
-           narrow_eps: float) -> dict:
+           narrow_eps: float, implied: dict) -> dict:
     """Compares in onnxruntime. With fixed input shapes the original runs on
-    inputs of the fixed shapes (which it accepts: its dims were dynamic)."""
+    inputs of the fixed shapes (which it accepts: its dims were dynamic);
+    `implied`: the dims the weights fix (weight_dims)."""
     try:
         result = check.compare(original_ref, optimized_ref, seed=seed, inputs=inputs, shapes_from_optimized=fixed,
-                               required_outputs=outputs, narrow_eps=narrow_eps)
+                               required_outputs=outputs, narrow_eps=narrow_eps, implied_dims=implied)
     except check.CheckUnavailable as e:
         log.info("not checked: %s", e)  # in the report; the CLI prints it
         return {"skipped": str(e)}

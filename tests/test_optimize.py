@@ -122,6 +122,24 @@ def test_a_strided_stem_is_checked_on_inputs_large_enough(tmp_path, capsys, monk
 
 
 
+def test_dims_the_weights_fix_are_checked_at_their_size(tmp_path):
+    # optimum leaves an image's channels dynamic: [batch, num_channels, height, width]
+    import numpy as np
+    from onnx import parser
+
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
+        g (float[batch,num_channels,height,width] x) => (float[batch,8,h,w] y) {
+            c = Conv <kernel_shape = [4, 4], strides = [4, 4]> (x, w)
+            y = Relu(c)
+        }""")
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((8, 3, 4, 4), np.float32), "w"))
+    path = tmp_path / "channels.onnx"
+    onnx.save(model, path)
+    _, report = optimize(str(path), str(tmp_path / "out.onnx"))
+    assert report["check"]["first_mismatch"] is None and report["check"]["unknown_dims"] == 32
+    assert report["check"]["samples"] == 2  # the doubled sample keeps 3 channels too
+
+
 def _cache_model(extra_column: bool):
     """A mask [batch, total] stacked under Concat(cache, x): total must be
     past + seq (+ 1 with `extra_column`, which no try of the check gives)."""
@@ -174,7 +192,7 @@ def test_inputs_no_try_fits_are_reported_with_the_first_tries_error(tmp_path):
     onnx.save(_cache_model(True), path)
     _, report = optimize(str(path), str(tmp_path / "out.onnx"))
     skipped = report["check"]["skipped"]
-    assert "(unknown dims 1, 32, 224, 1024 tried, and each named dim 2 with the others 1)" in skipped
+    assert "(unknown dims 1, 32, 224, 384, 1024 tried, and each named dim 2 with the others 1)" in skipped
     assert "Concat" in skipped
 
 

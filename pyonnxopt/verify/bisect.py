@@ -48,6 +48,7 @@ from pyonnxopt.opset import default_opset
 from pyonnxopt.optimize import Start, cannot_run, converter_changed, prepare
 from pyonnxopt.passes import PassOptions, run_passes
 from pyonnxopt.passes.manager import MAX_ITERATIONS
+from pyonnxopt.weight_dims import weight_implied_dims
 
 Progress = Optional[Callable[[str, int], None]]
 VERSION = 1
@@ -124,7 +125,8 @@ class PassChecker:
             shaped_by = check.session(good) if start.fixed else None
             reference = check.Reference(start.original_ref, seed=seed, inputs=inputs, shaped_by=shaped_by,
                                         required=start.kept_outputs, rtol=rtol, atol=atol,
-                                        narrow_eps=check.narrow_eps(start.original))
+                                        narrow_eps=check.narrow_eps(start.original),
+                                        implied=weight_implied_dims(start.original))
             upgraded = default_opset(start.model) != default_opset(start.original)
             converted = reference.compare(good) if upgraded else None
             if converted and converted.first_mismatch:  # else the first pass changing the model would take the blame
