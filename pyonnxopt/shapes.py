@@ -95,8 +95,10 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         proto = onnx.ModelProto.FromString(model._core.serialize_weightless(WEIGHTLESS_THRESHOLD))
         _stand_in_for_onnxruntime_ops(proto.graph)
         kept = _forget_generated(proto.graph)
+        renamed = _name_subgraph_values_apart(proto.graph)
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
                                                      data_prop=not _huge_input(proto.graph))
+        _restore_subgraph_names(inferred.graph, renamed)
         _rename_generated(inferred.graph, kept)
         aliases: dict = {}
         refined = symbolic_shapes.refine(inferred.graph, aliases)
@@ -158,6 +160,62 @@ def _huge_input(graph) -> bool:
 def _generated(name: str) -> int:
     """N of onnx's generated symbol unk__N, else -1."""
     return int(name[5:]) if name.startswith("unk__") and name[5:].isdigit() else -1
+
+
+_APART = "::pyonnxopt_body"
+
+
+def _bodies(node):
+    for a in node.attribute:
+        yield from ([a.g] if a.HasField("g") else []) + list(a.graphs)
+
+
+def _name_subgraph_values_apart(graph, scope: Optional[dict] = None, counter: Optional[list] = None) -> dict:
+    """In the copy inference runs on, every value a subgraph defines gets a
+    name of its own (`name::pyonnxopt_bodyK`), references inside it and its
+    nested bodies following. onnx 1.23's data propagation keys shape data by
+    name across bodies: where an If's branches both define `s`, the else
+    branch's `ConstantOfShape(s)` took the then branch's shape (optimum's
+    merged decoders name both branches alike). Returns {new: old}."""
+    scope = dict(scope or {})
+    counter = counter if counter is not None else [0]
+    renamed: dict = {}
+    for n in graph.node:
+        for body in _bodies(n):
+            counter[0] += 1
+            tag = f"{_APART}{counter[0]}"
+            inner = dict(scope)
+            defined = [v.name for v in body.input] + [t.name for t in body.initializer] + \
+                [o for m in body.node for o in m.output]
+            for name in defined:
+                if name:
+                    inner[name] = name + tag
+                    renamed[name + tag] = name
+            for v in [*body.input, *body.output, *body.value_info]:
+                v.name = inner.get(v.name, v.name)
+            for t in body.initializer:
+                t.name = inner.get(t.name, t.name)
+            for m in body.node:
+                m.input[:] = [inner.get(x, x) for x in m.input]
+                m.output[:] = [inner.get(x, x) for x in m.output]
+            renamed.update(_name_subgraph_values_apart(body, inner, counter))
+    return renamed
+
+
+def _restore_subgraph_names(graph, renamed: dict) -> None:
+    """Undoes `_name_subgraph_values_apart` in the inferred copy."""
+    if not renamed:
+        return
+    for n in graph.node:
+        for body in _bodies(n):
+            for v in [*body.input, *body.output, *body.value_info]:
+                v.name = renamed.get(v.name, v.name)
+            for t in body.initializer:
+                t.name = renamed.get(t.name, t.name)
+            for m in body.node:
+                m.input[:] = [renamed.get(x, x) for x in m.input]
+                m.output[:] = [renamed.get(x, x) for x in m.output]
+            _restore_subgraph_names(body, renamed)
 
 
 def _forget_generated(graph) -> tuple:
@@ -278,13 +336,21 @@ def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping) -> int:
         if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _renames(vi.type, v, aliases):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1
-    # Subgraphs: nodes correspond one to one, in order; subgraph attributes too.
+    # Subgraphs: nodes correspond one to one, in order; bodies by attribute
+    # name (an If's two branches often name their values alike, and the IR
+    # need not keep the proto's attribute order).
     for pn, n in zip(pg.node, g.nodes):
         if pn.op_type != n.op_type:
             break
-        bodies = [a.g for a in pn.attribute if a.HasField("g")] + [s for a in pn.attribute for s in a.graphs]
-        for pbody, body in zip(bodies, n.subgraphs):
-            typed += _write_back(pbody, body, False, {})
+        if not n.subgraphs:
+            continue
+        mine = n.attributes
+        for a in pn.attribute:
+            ours = mine.get(a.name)
+            pairs = [(a.g, ours)] if a.HasField("g") else zip(a.graphs, ours if isinstance(ours, list) else [])
+            for pbody, body in pairs:
+                if isinstance(body, Graph):
+                    typed += _write_back(pbody, body, False, {})
     return typed
 
 

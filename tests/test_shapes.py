@@ -122,6 +122,56 @@ def test_inference_sees_through_the_onnxruntime_ops_fusions_emit():
     assert [n.op_type for n in m.graph.nodes] == ["SkipLayerNormalization", "FastGelu", "MatMul", "Neg"]
 
 
+def _branches_naming_values_alike():
+    """If whose branches both define `s` and `c`, of different shapes (as
+    optimum's merged decoders do); an If nested in the else branch reads its
+    `s`."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    def graph(name, nodes, out, inits=()):
+        return h.make_graph(nodes, name, [], [h.make_tensor_value_info(out, T.FLOAT, None)], initializer=list(inits))
+
+    ones = h.make_tensor("v", T.FLOAT, [1], [1.0])
+    then = graph("t", [h.make_node("Shape", ["x"], ["s"]), h.make_node("ConstantOfShape", ["s"], ["c"], value=ones),
+                       h.make_node("ReduceSum", ["c"], ["yt"], keepdims=0)], "yt")
+    inner = graph("i", [h.make_node("ConstantOfShape", ["s"], ["k"], value=ones),
+                        h.make_node("ReduceMax", ["k"], ["yk"], keepdims=0)], "yk")
+    other = graph("e", [h.make_node("Shape", ["x"], ["sx"]), h.make_node("Concat", ["sx", "one"], ["cat"], axis=0),
+                        h.make_node("Shape", ["cat"], ["s"]),
+                        h.make_node("ConstantOfShape", ["s"], ["c"], value=ones),
+                        h.make_node("If", ["flag"], ["yi"], then_branch=inner, else_branch=inner),
+                        h.make_node("ReduceSum", ["c"], ["r"], keepdims=0), h.make_node("Add", ["r", "yi"], ["ye"])],
+                  "ye", [h.make_tensor("one", T.INT64, [1], [1])])
+    main = h.make_graph([h.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)], "g",
+                        [h.make_tensor_value_info("x", T.FLOAT, ["B", "S", 8]), h.make_tensor_value_info("flag", T.BOOL, [])],
+                        [h.make_tensor_value_info("y", T.FLOAT, [])])
+    return h.make_model(main, opset_imports=[h.make_opsetid("", 18)], ir_version=9)
+
+
+def test_branches_that_name_values_alike_get_their_own_shapes():
+    # onnx's data propagation alone gives the else branch's c the then branch's [B, S, 8]
+    m = pyonnxopt.load(_branches_naming_values_alike())
+    pyonnxopt.shapes.infer(m)
+    branches = m.graph.nodes[0].attributes
+    assert branches["then_branch"].value("c").type["shape"] == ["B", "S", 8]
+    assert branches["else_branch"].value("s").type["shape"] == [1]
+    assert branches["else_branch"].value("c").type["shape"] == [4]
+    nested = branches["else_branch"].nodes[4].attributes["then_branch"]
+    assert nested.value("k").type["shape"] == [4]
+    proto = m.to_onnx()
+    onnx.checker.check_model(proto, full_check=True)
+    assert b"pyonnxopt_body" not in proto.SerializeToString()  # the copy's names stay in the copy
+
+
+def test_branches_that_name_values_alike_optimize_to_a_valid_model(tmp_path):
+    path = tmp_path / "if.onnx"
+    onnx.save(_branches_naming_values_alike(), path)
+    _, report = pyonnxopt.optimize(str(path), str(tmp_path / "out.onnx"))
+    assert report["check"]["first_mismatch"] is None
+    onnx.checker.check_model(onnx.load(tmp_path / "out.onnx"), full_check=True)
+
+
 def test_a_dim_onnx_once_named_unk_is_worked_out_later():
     # The Reshape's target once came through nodes onnx could not follow (its
     # value_info says unk__1); now it is Concat(-1, Shape(ids)[1], 8), and
