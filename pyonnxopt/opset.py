@@ -75,13 +75,90 @@ def upgrade(model: Model, version: int, label: str = "") -> Model:
         proto.opset_import.append(helper.make_opsetid("", version))
         converted = proto
     else:
+        resizes = _opset_10_resizes(proto.graph, label, version) if current < 11 <= version else []
         try:
             converted = version_converter.convert_version(proto, version)
         except Exception as e:  # onnx raises RuntimeError, ValidationError, ... naming the op it cannot convert
             raise Error(f"--opset {version}: onnx's version converter cannot convert {label} from opset {current}: "
                         f"{first_line(e)}; leave --opset out to keep opset {current}") from None
+        _keep_resize_modes(converted.graph, resizes, label, version)
     # An opset needs an IR version that knows it (opset 23 came with IR 11).
     converted.ir_version = max(converted.ir_version, helper.find_min_ir_version_for(
         [helper.make_opsetid("", version)], ignore_unknown=True))
     return Model(_core.load_bytes(converted.SerializeToString(), base_dir=model._core.base_dir,
                                   weights_from=model._core))
+
+
+# ---------------------------------------------------------------- Resize-10
+
+def _graphs(graph):
+    yield graph
+    for n in graph.node:
+        for a in n.attribute:
+            for body in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _graphs(body)
+
+
+def _constant_floats(graph, name: str):
+    from onnx import numpy_helper
+
+    for t in graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t).ravel() if t.data_location != t.EXTERNAL else None
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output and n.output[0] == name:
+            return next((numpy_helper.to_array(a.t).ravel() for a in n.attribute if a.name == "value"), None)
+    return None
+
+
+def _resizes(graph):
+    """Every Upsample and Resize, graph by graph in `_graphs`' order."""
+    return [(g, n) for g in _graphs(graph) for n in g.node
+            if n.domain in ("", "ai.onnx") and n.op_type in ("Upsample", "Resize")]
+
+
+def _opset_10_resizes(graph, label: str, version: int) -> list:
+    """(coordinate_transformation_mode, nearest_mode) for every Upsample and
+    Resize-10 (in `_resizes`' order) the converter will make a Resize-11+: onnx's
+    adapter leaves both attributes at their new defaults (half_pixel,
+    round_prefer_floor), which moves every pixel. Before opset 11 the
+    coordinates were asymmetric, and nearest took the floor when upsampling
+    and the ceiling when downsampling (onnxruntime's rule). A nearest Resize
+    whose scales go both ways, or are computed, has no one mode: Error."""
+    import numpy as np
+
+    found = []
+    for g, n in _resizes(graph):
+        mode = next((a.s.decode() for a in n.attribute if a.name == "mode"), "nearest")
+        nearest = ""
+        if mode == "nearest":
+            scales = None if n.op_type == "Upsample" or len(n.input) < 2 else _constant_floats(g, n.input[1])
+            if n.op_type == "Upsample" or (scales is not None and np.all(scales >= 1)):
+                nearest = "floor"
+            elif scales is not None and np.all(scales <= 1):
+                nearest = "ceil"
+            else:
+                raise Error(f"--opset {version}: Resize {n.name or n.output[0]!r} of {label} (opset 10, nearest) "
+                            "has scales that are computed or go both ways, and no opset-11 rounding reproduces "
+                            "what it does; leave --opset out, or give 10")
+        found.append(("asymmetric", nearest))
+    return found
+
+
+def _keep_resize_modes(graph, resizes: list, label: str, version: int) -> None:
+    """Sets the attributes `_opset_10_resizes` worked out on the Resizes the
+    converter wrote, which stand where the old ones stood (it renames their
+    outputs, so they are found by place)."""
+    from onnx import helper
+
+    if not resizes:
+        return
+    written = _resizes(graph)
+    if len(written) != len(resizes) or any(n.op_type != "Resize" for _, n in written):
+        raise Error(f"--opset {version}: onnx's version converter rewrote the Upsample/Resize nodes of {label} "
+                    "beyond recognition, so their opset-10 rounding cannot be kept; leave --opset out")
+    for (_, n), (transform, nearest) in zip(written, resizes):
+        keep = [a for a in n.attribute if a.name not in ("coordinate_transformation_mode", "nearest_mode")]
+        del n.attribute[:]
+        n.attribute.extend(keep + [helper.make_attribute("coordinate_transformation_mode", transform)]
+                           + ([helper.make_attribute("nearest_mode", nearest)] if nearest else []))

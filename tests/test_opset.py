@@ -74,6 +74,39 @@ def test_changed_ops_are_rewritten_and_outputs_kept(tmp_path):
     onnx.checker.check_model(up.to_onnx(), full_check=True)
 
 
+def resizing_model(opset: int, ops: str, scales: dict) -> onnx.ModelProto:
+    proto = parser.parse_model(f'<ir_version: 5, opset_import: ["" : {opset}]>' + """
+        g (float[1,2,6,6] x) => (float[1,2,H,W] y) {""" + ops + "}")
+    for name, values in scales.items():
+        proto.graph.initializer.append(numpy_helper.from_array(np.array(values, np.float32), name))
+    return proto
+
+
+@pytest.mark.parametrize("opset, ops, scales, nearest", [
+    (9, "a = Upsample <mode = \"linear\"> (x, up)\n y = Upsample <mode = \"nearest\"> (a, up)",
+     {"up": [1, 1, 2, 1.5]}, [None, b"floor"]),
+    (10, "a = Resize <mode = \"nearest\"> (x, down)\n y = Resize <mode = \"linear\"> (a, up)",
+     {"down": [1, 1, 0.5, 0.7], "up": [1, 1, 3, 2.5]}, [b"ceil", None]),
+])
+def test_opset_10_resizes_keep_their_rounding(opset, ops, scales, nearest):
+    # onnx's converter leaves Resize-11's defaults (half_pixel, round_prefer_floor): every pixel moves
+    proto = resizing_model(opset, ops, scales)
+    up = upgrade(pyonnxopt.load(proto), 13)
+    resizes = [n for n in up.nodes() if n.op_type == "Resize"]
+    assert [n.attributes["coordinate_transformation_mode"] for n in resizes] == [b"asymmetric"] * 2
+    assert [n.attributes.get("nearest_mode") for n in resizes] == nearest
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 2, 6, 6)).astype(np.float32)}
+    np.testing.assert_array_equal(run(proto.SerializeToString(), feeds)[0], run(up, feeds)[0])
+
+
+def test_an_opset_10_nearest_resize_with_computed_scales_is_refused():
+    proto = resizing_model(10, "s = Concat <axis = 0> (one, k)\n y = Resize <mode = \"nearest\"> (x, s)",
+                           {"one": [1, 1], "k": [2, 0.5]})
+    proto.graph.input.append(onnx.helper.make_tensor_value_info("k", onnx.TensorProto.FLOAT, [2]))
+    with pytest.raises(Error, match="Resize 'y' .* \\(opset 10, nearest\\) has scales that are computed"):
+        upgrade(pyonnxopt.load(proto), 13)
+
+
 def test_weights_are_shared_with_the_original_not_copied(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(changing_model(), path)
