@@ -144,7 +144,8 @@ def _branches_naming_values_alike():
                         h.make_node("ReduceSum", ["c"], ["r"], keepdims=0), h.make_node("Add", ["r", "yi"], ["ye"])],
                   "ye", [h.make_tensor("one", T.INT64, [1], [1])])
     main = h.make_graph([h.make_node("If", ["flag"], ["y"], then_branch=then, else_branch=other)], "g",
-                        [h.make_tensor_value_info("x", T.FLOAT, ["B", "S", 8]), h.make_tensor_value_info("flag", T.BOOL, [])],
+                        [h.make_tensor_value_info("x", T.FLOAT, ["B", "S", 8]),
+                         h.make_tensor_value_info("flag", T.BOOL, [])],
                         [h.make_tensor_value_info("y", T.FLOAT, [])])
     return h.make_model(main, opset_imports=[h.make_opsetid("", 18)], ir_version=9)
 

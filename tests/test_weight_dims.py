@@ -50,7 +50,8 @@ def test_a_constant_node_weight_counts():
 
 
 def test_static_dims_computed_weights_and_disagreements_give_nothing():
-    assert implied("""g (float[N,3,H,W] x, float[N,C,H,W] z, float[N,K] u, float[K2,K2] w) => (float[N,8,H,W] y, float[N,8,H,W] t, float[N,4] v, float[N,4] q) {
+    assert implied("""g (float[N,3,H,W] x, float[N,C,H,W] z, float[N,K] u, float[K2,K2] w)
+                   => (float[N,8,H,W] y, float[N,8,H,W] t, float[N,4] v, float[N,4] q) {
         y = Conv <kernel_shape = [1, 1]> (x, a)
         t1 = Conv <kernel_shape = [1, 1]> (z, a)
         t = Conv <kernel_shape = [1, 1]> (z, b)
