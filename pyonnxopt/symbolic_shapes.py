@@ -368,8 +368,9 @@ class _Walk:
     def _merge(self, name: str, mine: list, refined: dict) -> None:
         mine = [self.linked(self.names.get(m, m) if isinstance(m, Linear) else m) for m in mine]
         have = self.dims.get(name)
-        if have is None:
+        if have is None:  # onnx gave it no rank (a Reshape to a computed shape): the walk's dims are news
             self.dims[name] = mine
+            refined[name] = mine
             return
         if len(have) != len(mine):
             return
@@ -588,8 +589,9 @@ class _Walk:
             return broadcast([d[0], [self._entry_dim(e) for e in v[0]]]) if v and not v[1] else None
         if op == "Reshape" and len(ins) > 1:
             v = self.value(ins[1])
-            if not v or v[1]:
-                return None
+            if not v or v[1]:  # its rank is the target's length all the same
+                k = d[1]
+                return [None] * k[0] if k and len(k) == 1 and isinstance(k[0], int) else None
             allowzero = bool(attrs["allowzero"].i) if "allowzero" in attrs else False
             return reshape_dims(d[0], list(v[0]), allowzero)
         return None
@@ -773,7 +775,8 @@ def refine(graph, aliases: Optional[dict] = None) -> int:
     and no value_info entry keeps one."""
     inputs = {d for v in graph.input for d in (_dims_of(v.type) or [])}
     own = {d for v in graph.output for d in (_dims_of(v.type) or []) if _is_symbol(d) and d not in inputs}
-    if not own and not any(not _known(d) for v in graph.value_info for d in (_dims_of(v.type) or [])):
+    if not own and not any(_dims_of(v.type) is None or not all(map(_known, _dims_of(v.type)))
+                           for v in graph.value_info if v.type.HasField("tensor_type")):
         return 0  # onnx left nothing unknown, no output has a name of its own: the walk could only confirm it
     walk = _Walk(graph)
     refined = walk.run(graph)

@@ -66,6 +66,39 @@ def test_expand_to_a_computed_shape_and_what_follows():
     assert shape_of(m, "bias") == ["B", 1, "S", "S"]
 
 
+def test_a_reshape_onnx_gives_no_rank_gets_the_computed_target():
+    # below opset 15 onnx 1.23 leaves Reshape(a, Shape(b) * 1) without even a rank (BERT and GPT-2 exported
+    # at opsets 10 to 12); Reshape(a, k) of a computed k has k's length as its rank
+    m, r = run_pass("infer_shapes", parse("""g (float[N] a, float[B,S,64] b, int64[3] k) => (float[B,S,64] y, float z) {
+        s = Shape(b)
+        one = Constant <value = int64[3] {1, 1, 1}> ()
+        t = Mul(s, one)
+        x = Reshape(a, t)
+        y = Relu(x)
+        w = Reshape(a, k)
+        z = ReduceSum <keepdims = 0> (w)
+    }""", 13))
+    assert shape_of(m, "x") == ["B", "S", 64]
+    assert len(shape_of(m, "w")) == 3 and all(unknown(d) for d in shape_of(m, "w"))  # only the rank: k's length
+
+
+def test_without_a_rank_the_zero_bias_of_a_reshaped_value_goes():
+    proto = parse("""
+        g (float[N] a, float[B,S,64] b) => (float[B,S,64] y) {
+            s = Shape(b)
+            x = Reshape(a, s)
+            p = Add(x, zeros)
+            q = Mul(p, ones)
+            y = Relu(q)
+        }""", 13)
+    proto.graph.initializer.extend([onnx.numpy_helper.from_array(np.zeros(64, np.float32), "zeros"),
+                                    onnx.numpy_helper.from_array(np.ones(64, np.float32), "ones")])
+    m, _ = run_passes(pyonnxopt.load(proto))
+    assert Counter(n.op_type for n in m.graph.nodes) == Counter({"Shape": 1, "Reshape": 1, "Relu": 1})
+    feeds = {"a": np.arange(-200, 2 * 3 * 64 - 200, dtype=np.float32), "b": np.zeros((2, 3, 64), np.float32)}
+    np.testing.assert_array_equal(outputs(m, feeds)[0], np.maximum(feeds["a"].reshape(2, 3, 64), 0))
+
+
 def test_reshape_minus_one_cancels_symbols():
     m, _ = run_pass("infer_shapes", """g (float[B,S,512] x) => (float[B,S,8,64] y) {
         s = Shape(x)
