@@ -12,6 +12,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from pyonnxopt.errors import Error, MissingDependency, first_line
+from pyonnxopt.dim_names import sum_terms
 
 
 class CheckUnavailable(Error):
@@ -89,9 +90,23 @@ def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
 
 def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict], batch: int,
                   implied: Optional[dict] = None) -> dict:
-    """name -> (numpy dtype, shape) of the inputs random_inputs makes."""
+    """name -> (numpy dtype, shape) of the inputs random_inputs makes. A
+    dim named as a sum of the others (optimum's attention mask, `past_seq +
+    seq`) is that sum of their sizes, unless `symbols` sizes it."""
     out = {}
     implied = implied or {}
+    symbols = dict(symbols or {})
+    for i in sess.get_inputs():
+        for axis, d in enumerate(i.shape or []):
+            if isinstance(d, str) and d and sum_terms(d) is None:
+                symbols.setdefault(d, batch if axis == 0 else size)
+    for i in sess.get_inputs():
+        for d in i.shape or []:
+            parsed = isinstance(d, str) and d not in symbols and sum_terms(d)
+            if parsed:
+                total = parsed[1] + sum(factor * symbols.get(term, size) for term, factor in parsed[0].items())
+                if total >= 0:
+                    symbols[d] = total
     for i in sess.get_inputs():
         if i.name in given:
             continue
@@ -101,7 +116,7 @@ def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict]
                                    "(give inputs with --check-inputs FILE.npz)")
         fixed = implied.get(i.name, {})
         out[i.name] = (dtype, [d if isinstance(d, int) and d >= 0 else fixed[axis] if axis in fixed else
-                               (symbols or {}).get(d, batch if axis == 0 else size)
+                               symbols.get(d, batch if axis == 0 else size)
                                for axis, d in enumerate(i.shape or [])])
     return out
 

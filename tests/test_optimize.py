@@ -140,14 +140,14 @@ def test_dims_the_weights_fix_are_checked_at_their_size(tmp_path):
     assert report["check"]["samples"] == 2  # the doubled sample keeps 3 channels too
 
 
-def _cache_model(extra_column: bool):
+def _cache_model(extra_column: bool, total: str = "total"):
     """A mask [batch, total] stacked under Concat(cache, x): total must be
     past + seq (+ 1 with `extra_column`, which no try of the check gives)."""
     from onnx import parser
 
     parts = "cache, a, one" if extra_column else "cache, a"
     model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + f"""
-        g (float[batch,seq] x, float[batch,past] cache, float[batch,total] mask) => (float[rows,total] y)
+        g (float[batch,seq] x, float[batch,past] cache, float[batch,"{total}"] mask) => (float[rows,"{total}"] y)
           <float[1,1] one = {{1.0}}> {{
             a = Identity(x)
             c = Concat <axis = 1> ({parts})
@@ -168,6 +168,16 @@ def test_a_cache_whose_mask_covers_past_and_new_tokens_is_checked(tmp_path, caps
     assert main(["optimize", str(path), str(tmp_path / "out.onnx")]) == 0
     assert "seed 0, batch 1, seq 1, past 1, total 2; again with its dynamic dims doubled)" in capsys.readouterr().out
     assert check["samples"] == 2  # batch 2, seq 2, past 2, total 4: the sum holds
+
+
+def test_a_mask_named_as_the_sum_of_past_and_new_tokens_is_that_sum(tmp_path):
+    # optimum names the mask's length `past_sequence_length + sequence_length`
+    path = tmp_path / "cache.onnx"
+    onnx.save(_cache_model(False, "past + seq"), path)
+    _, report = optimize(str(path), str(tmp_path / "out.onnx"))
+    check = report["check"]
+    assert check["first_mismatch"] is None and "named_dims" not in check and "unknown_dims" not in check
+    assert check["samples"] == 2
 
 
 def test_a_rewrite_right_only_at_batch_1_is_caught_by_the_doubled_sample(tmp_path):

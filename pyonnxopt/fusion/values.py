@@ -5,15 +5,14 @@ constant integer operands (axes, shapes) given as attribute or input."""
 
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 from contextvars import ContextVar
-from functools import lru_cache
 from types import MappingProxyType
 from typing import Mapping, Optional
 
 import numpy as np
 
+from pyonnxopt.dim_names import spelled_sum
 from pyonnxopt.model import Value
 
 # Relative tolerance for a constant written in this element type: a few ulps
@@ -95,43 +94,6 @@ def dims(v: Optional[Value]) -> Optional[list]:
     aliases = _OUTPUT_ALIASES.get() if v.is_graph_output and v.graph.parent is None else {}
     return [spelled_sum(aliases.get(d, d)) if isinstance(d, str) and d else d if isinstance(d, int) else None
             for d in shape]
-
-
-_TERM = re.compile(r"\s*([+-]?)\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*")
-
-
-@lru_cache(maxsize=4096)
-def spelled_sum(name: str) -> str:
-    """A dim name that spells a sum of symbols (torch's dynamo exporter
-    names one length `past_seq + seq` on one value and `seq + past_seq` on
-    another) in one spelling: its terms sorted, constant last. Only names
-    spelled as sympy prints (`a + b`, `2*a`): `batch-size` is a name.
-    Any other name as it is."""
-    if " + " not in name and " - " not in name and "*" not in name:
-        return name
-    terms: dict = {}
-    const, pos = 0, 0
-    while pos < len(name):
-        t = _TERM.match(name, pos)
-        if t is None or t.end() == pos or (pos and not t.group(1)):
-            return name
-        sign = -1 if t.group(1) == "-" else 1
-        factor = int(t.group(2) or 1) * sign
-        if t.group(3).isdigit():
-            if t.group(2):
-                return name
-            const += int(t.group(3)) * sign
-        else:
-            terms[t.group(3)] = terms.get(t.group(3), 0) + factor
-        pos = t.end()
-    terms = {k: c for k, c in terms.items() if c}
-    if not terms:
-        return name
-    parts = [(c, k if c in (1, -1) else f"{abs(c)}*{k}") for k, c in sorted(terms.items())]
-    if const:
-        parts.append((const, str(abs(const))))
-    out = ("-" if parts[0][0] < 0 else "") + parts[0][1]
-    return out + "".join(f" {'-' if c < 0 else '+'} {text}" for c, text in parts[1:])
 
 
 def same_dim(a, b) -> bool:

@@ -99,6 +99,6 @@ def test_one_length_spelled_two_ways_is_one_length():
                                            ("seq + 1 - 1", "seq"), ("seq", "seq"), ("batch-size", "batch-size"),
                                            ("a - a + 2", "a - a + 2"), ("x +", "x +"), ("2*3", "2*3")])
 def test_dim_names_spelling_one_sum_read_alike(name, spelled):
-    from pyonnxopt.fusion.values import spelled_sum
+    from pyonnxopt.dim_names import spelled_sum
 
     assert spelled_sum(name) == spelled
