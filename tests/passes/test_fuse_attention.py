@@ -437,6 +437,21 @@ def test_past_keys_become_attentions_past_inputs_and_present_outputs():
     assert_same_outputs(original, m, **TOL)
 
 
+def test_a_mask_cut_to_the_present_keys_length_keeps_the_cache_concat_it_reads():
+    # GPT-2 cuts its causal mask to Shape(present_k)[2]: the op's own present output would feed the op
+    text = PAST.replace("float[2,1,5,8] mask)", "float[2,1,5,16] table)").replace(
+        "float c = {0.59460354}>", "float c = {0.59460354}, int64[1] i2 = {2}, int64[1] i3 = {3}, int64[1] i0 = {0}>"
+    ).replace("a = Add(s, mask)", "sh4 = Shape(present_k)  t = Slice(sh4, i2, i3)  mask = Slice(table, i0, t, i3)\n"
+              "    a = Add(s, mask)")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert ops(m).count("Attention") == 1 and ops(m).count("Concat") == 1 and "Softmax" not in ops(m)
+    shape = next(n for n in m.graph.nodes if n.op_type == "Shape")
+    assert shape.inputs[0].producer.op_type == "Concat"  # the reader upstream of the op keeps the Concat
+    assert [v.name for v in attention_of(m).outputs] == ["y", "present_k", "present_v"]
+    m.graph.topological_order()
+    assert_same_outputs(original, m, **TOL)
+
+
 def test_past_keys_without_a_mask_leave_its_slot_empty():
     text = PAST.replace(",\n        float[2,1,5,8] mask)", ")").replace("a = Add(s, mask)  p = Softmax <axis = -1> (a)",
                                                                          "p = Softmax <axis = -1> (s)")

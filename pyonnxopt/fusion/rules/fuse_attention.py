@@ -104,6 +104,7 @@ from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain, opset_reason
 from pyonnxopt.fusion.values import constant_ints, dims, same_dim, scalar_of
+from pyonnxopt.model import Value
 from pyonnxopt.symbolic_shapes import broadcast
 
 SPLIT = [0, 2, 1, 3]  # [B, S, H, D] <-> [B, H, S, D]
@@ -308,8 +309,9 @@ class FuseAttention(Rule):
             slots = 6 if op == "MultiHeadAttention" else 4  # the past after bias, key_padding_mask, attention_bias
             inputs += [None] * (slots - len(inputs)) + [m["past_k"], m["past_v"]]
             last, present_k, present_v = edit.node(op, inputs, attrs, domain=domain, outputs=3)
-            edit.replace_value(m["k_present"].outputs[0], present_k)
-            edit.replace_value(m["v_present"].outputs[0], present_v)
+            upstream = _ancestors(inputs)
+            for concat, present in ((m["k_present"], present_k), (m["v_present"], present_v)):
+                _take_over_downstream(edit, concat.outputs[0], present, upstream)
             if domain == MS_DOMAIN:
                 _state_output_type(m, edit, last, b, s, h)
 
@@ -571,6 +573,36 @@ def _softcap(m: Match) -> Union[float, str]:
     if c_in is None or c_out is None or not c_in == c_out > 0 or not np.isfinite(c_in):
         return f"the softcap's constants ({m['cap_in'].name}, {m['cap_out'].name}) are not one positive scalar"
     return float(c_in)
+
+
+def _ancestors(values: list) -> set:
+    """The nodes computing any of `values`, however indirectly."""
+    seen: set = set()
+    stack = [v.producer for v in values if v is not None and v.producer is not None]
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(x.producer for x in n.inputs if x is not None and x.producer is not None)
+    return seen
+
+
+def _owners(n) -> list:
+    """n and the nodes whose subgraphs hold it, innermost first."""
+    chain = [n]
+    while chain[-1].graph.owner_node is not None:
+        chain.append(chain[-1].graph.owner_node)
+    return chain
+
+
+def _take_over_downstream(edit: Edit, old: Value, new: Value, upstream: set) -> None:
+    """The op's present keys (or values) stand in for the cache Concat's,
+    except for readers the op itself depends on: GPT-2's causal mask is cut
+    to `Shape(present)`, and that reader keeps the Concat (else a cycle)."""
+    keep = [(n, i) for n, i in old.uses if any(o in upstream for o in _owners(n))]
+    edit.replace_value(old, new)
+    for n, i in keep:
+        n.graph.set_input(n, i, old)
 
 
 def _layout(m: Match) -> Union[tuple, str]:
