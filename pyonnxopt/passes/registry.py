@@ -13,13 +13,14 @@ from pyonnxopt.passes.fold_constants_onnxruntime import FoldConstantsOnnxruntime
 from pyonnxopt.passes.infer_shapes import InferShapes
 from pyonnxopt.passes.merge_equal_dims import MergeEqualDims
 from pyonnxopt.passes.resolve_dynamic_reshapes import ResolveDynamicReshapes
+from pyonnxopt.passes.share_branch_constants import ShareBranchConstants
 from pyonnxopt.passes.slices_to_split import SlicesToSplit
 
 _PASSES: dict = {name: NativePass(name, description) for name, description in _core.native_passes()}
 # Its forms hide the head split fuse_attention reads: it waits for the fusions.
 _PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].after_fusions = True
 for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(),
-           SlicesToSplit(), MergeEqualDims(), EliminateSameShapeReshapes(), CancelReshapesAroundTranspose(),
+           SlicesToSplit(), MergeEqualDims(), ShareBranchConstants(), EliminateSameShapeReshapes(), CancelReshapesAroundTranspose(),
            *BUILTIN_RULES, FlattenLinearRows()):
     _PASSES[_p.name] = _p
 
@@ -30,7 +31,7 @@ DEFAULT_ORDER = [
     "optimize_transposes",
     "collapse_reshapes", "eliminate_same_shape_reshapes", "cancel_reshapes_around_transpose",
     *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "merge_equal_dims",
-    "eliminate_common_subexpressions", "eliminate_dead_code",
+    "eliminate_common_subexpressions", "share_branch_constants", "eliminate_dead_code",
 ]
 
 
