@@ -98,10 +98,10 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         renamed = _name_subgraph_values_apart(proto.graph)
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
                                                      data_prop=not _huge_input(proto.graph))
-        _restore_subgraph_names(inferred.graph, renamed)
         _rename_generated(inferred.graph, kept)
         aliases: dict = {}
         refined = symbolic_shapes.refine(inferred.graph, aliases)
+        _restore_subgraph_names(inferred.graph, renamed)
         _link_generated(inferred.graph, model.graph, kept[0])
     except Exception as e:  # onnx raises several kinds; none may stop the passes that need no shapes
         reason = first_line(e)

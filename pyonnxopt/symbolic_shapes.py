@@ -297,6 +297,19 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
     return out
 
 
+def _bodies(node) -> list:
+    return [b for a in node.attribute for b in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+
+
+def _graphs(graph) -> list:
+    """The graph and its subgraphs, outermost first."""
+    out = [graph]
+    for n in graph.node:
+        for body in _bodies(n):
+            out += _graphs(body)
+    return out
+
+
 class _Walk:
     def __init__(self, graph, names: Optional[dict] = None, aliases: Optional[dict] = None):
         self.names = dict(names or {})  # Linear -> the symbol a value onnx knows gives it (rule 6)
@@ -311,14 +324,17 @@ class _Walk:
         self._computed_as: dict = {}  # an output's name for a dim -> the symbols the walk computed for it
         self.links: dict = {}  # a generated name -> one it was proven equal to (rule 9)
         self.generated_names: dict = {}  # a sum or product the walk keeps -> the generated name onnx gave it
-        for v in list(graph.input) + list(graph.value_info) + list(graph.output):
-            d = _dims_of(v.type)
-            if d is not None and v.name not in self.dims:
-                self.dims[v.name] = [self.aliases.get(e, e) if isinstance(e, str) else e for e in d]
-        for t in graph.initializer:
-            if t.name not in self.input_names:  # a fed input keeps its declared type
-                self.dims[t.name] = [int(d) for d in t.dims]
-                self._constant(t.name, t)
+        for g in _graphs(graph):  # subgraphs' values are named apart from each other (shapes.infer)
+            if g is not graph:
+                self.input_names |= {v.name for v in g.input}
+            for v in list(g.input) + list(g.value_info) + list(g.output):
+                d = _dims_of(v.type)
+                if d is not None and v.name not in self.dims:
+                    self.dims[v.name] = [self.aliases.get(e, e) if isinstance(e, str) else e for e in d]
+            for t in g.initializer:
+                if t.name not in self.input_names:  # a fed input keeps its declared type
+                    self.dims[t.name] = [int(d) for d in t.dims]
+                    self._constant(t.name, t)
 
     def _constant(self, name, tensor) -> None:
         from onnx import numpy_helper
@@ -339,9 +355,12 @@ class _Walk:
             return None  # a graph input is fed, even one with an initializer
         return self.values.get(name)
 
-    def run(self, graph) -> dict:
-        refined = {}
+    def run(self, graph, refined: Optional[dict] = None) -> dict:
+        """Walks the graph, and each subgraph after the node that holds it."""
+        refined = {} if refined is None else refined
         for n in graph.node:
+            for body in _bodies(n):
+                self.run(body, refined)
             if n.domain not in ("", "ai.onnx"):
                 continue
             try:
@@ -769,14 +788,16 @@ def _attention_dims(q: list, v: list, attrs) -> Optional[list]:
 
 
 def refine(graph, aliases: Optional[dict] = None) -> int:
-    """Writes better dims into the inferred copy's value_info (main graph,
-    values that are not graph inputs or outputs); returns how many. The
+    """Writes better dims into the inferred copy's value_info (the main
+    graph's and, their values named apart, its subgraphs'; values that are
+    not graph inputs or outputs); returns how many. The
     output dim names rule 8 found are put in `aliases` (name -> symbol),
     and no value_info entry keeps one."""
     inputs = {d for v in graph.input for d in (_dims_of(v.type) or [])}
     own = {d for v in graph.output for d in (_dims_of(v.type) or []) if _is_symbol(d) and d not in inputs}
+    infos = {v.name: v for g in _graphs(graph) for v in g.value_info}
     if not own and not any(_dims_of(v.type) is None or not all(map(_known, _dims_of(v.type)))
-                           for v in graph.value_info if v.type.HasField("tensor_type")):
+                           for v in infos.values() if v.type.HasField("tensor_type")):
         return 0  # onnx left nothing unknown, no output has a name of its own: the walk could only confirm it
     walk = _Walk(graph)
     refined = walk.run(graph)
@@ -787,7 +808,7 @@ def refine(graph, aliases: Optional[dict] = None) -> int:
     if aliases is not None:
         aliases.update(found)
     linked = 0
-    for v in graph.value_info:  # rule 8's names, as the symbols they are; rule 9's links
+    for v in infos.values():  # rule 8's names, as the symbols they are; rule 9's links
         for d in v.type.tensor_type.shape.dim if v.type.HasField("tensor_type") else ():
             if d.dim_param in found:
                 d.dim_param = found[d.dim_param]
@@ -796,8 +817,8 @@ def refine(graph, aliases: Optional[dict] = None) -> int:
                 linked += 1
     if not refined:
         return linked
-    infos = {v.name: v for v in graph.value_info}
-    fixed = {v.name for v in graph.input} | {v.name for v in graph.output} | {t.name for t in graph.initializer}
+    fixed = {name for g in _graphs(graph)
+             for name in [*(v.name for v in g.input), *(v.name for v in g.output), *(t.name for t in g.initializer)]}
     count = 0
     for name, dims in refined.items():
         if name in fixed or name not in infos:

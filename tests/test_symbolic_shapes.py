@@ -39,6 +39,28 @@ def test_range_to_a_dim_has_that_many_elements():
     assert r.stats["dims_refined"] >= 1
 
 
+def test_the_walk_goes_into_subgraphs():
+    # an If's branches, both naming their values alike (optimum's merged decoders)
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    def branch(name, axis):
+        nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Gather", ["s", "i"], ["n"]),
+                 h.make_node("Range", ["zero", "n", "one"], ["r"]), h.make_node("Cast", ["r"], ["f"], to=T.FLOAT),
+                 h.make_node("ReduceSum", ["f"], [f"y_{name}"], keepdims=0)]
+        inits = [h.make_tensor("i", T.INT64, [], [axis]), h.make_tensor("zero", T.INT64, [], [0]),
+                 h.make_tensor("one", T.INT64, [], [1])]
+        return h.make_graph(nodes, name, [], [h.make_tensor_value_info(f"y_{name}", T.FLOAT, [])], inits)
+
+    main = h.make_graph([h.make_node("If", ["c"], ["y"], then_branch=branch("t", 1), else_branch=branch("e", 0))],
+                        "g", [h.make_tensor_value_info("x", T.FLOAT, ["B", "S", 4]),
+                              h.make_tensor_value_info("c", T.BOOL, [])], [h.make_tensor_value_info("y", T.FLOAT, [])])
+    m, _ = run_pass("infer_shapes", h.make_model(main, opset_imports=[h.make_opsetid("", 17)], ir_version=8))
+    branches = m.graph.nodes[0].attributes
+    assert branches["then_branch"].value("r").type["shape"] == ["S"]
+    assert branches["else_branch"].value("r").type["shape"] == ["B"]
+
+
 def test_expand_to_a_computed_shape_and_what_follows():
     # the mask expansion exporters write: Where(shape == -1, 1, shape)
     m, _ = run_pass("infer_shapes", """g (bool[B,1,1,S] m, float[B,8,S,S] a) => (float[B,8,S,S] y) {
