@@ -11,8 +11,8 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from pyonnxopt.errors import Error, MissingDependency, first_line
 from pyonnxopt.dim_names import sum_terms
+from pyonnxopt.errors import Error, MissingDependency, first_line
 
 
 class CheckUnavailable(Error):
@@ -96,6 +96,11 @@ def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict]
     out = {}
     implied = implied or {}
     symbols = dict(symbols or {})
+    for i in sess.get_inputs():  # a named dim the weights fix has that size wherever it is
+        for axis, size_fixed in implied.get(i.name, {}).items():
+            d = (i.shape or [])[axis] if axis < len(i.shape or []) else None
+            if isinstance(d, str) and d:
+                symbols[d] = size_fixed
     for i in sess.get_inputs():
         for axis, d in enumerate(i.shape or []):
             if isinstance(d, str) and d and sum_terms(d) is None:
