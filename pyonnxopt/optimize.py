@@ -78,6 +78,7 @@ def prepare(source, exclude_nodes: Iterable[str] = (), prune_outputs: Iterable[s
         original_ref = original.path or original.to_bytes()
     # The passes work on their own copy: the caller's model stays as it was.
     model = load(original_ref)
+    _unlist_initializer_inputs(model)
     if opset is not None:
         model = upgrade(model, opset, original.path)
     _pin(model, exclude_nodes)
@@ -85,6 +86,17 @@ def prepare(source, exclude_nodes: Iterable[str] = (), prune_outputs: Iterable[s
     kept_outputs = [v.name for v in model.graph.outputs]
     fixed = shapes.fix_input_shapes(model, input_shapes or {}, batch) if input_shapes or batch is not None else []
     return Start(original, original_ref, model, kept_outputs, fixed)
+
+
+def _unlist_initializer_inputs(model: Model) -> None:
+    """IR 3 lists every initializer among the graph inputs, and onnxruntime
+    reads them as the constants they are there (an input overrides its
+    initializer from IR 4 only); pyonnxopt would read them as inputs and
+    fold nothing. They become plain initializers, at IR 4 (which opsets up
+    to 9 go with), as onnxsim and onnxslim write them."""
+    if model.ir_version is not None and model.ir_version < 4 and model.graph is not None:
+        if model.graph.unlist_initializer_inputs():
+            model._core.ir_version = 4
 
 
 def optimize(

@@ -140,6 +140,35 @@ def test_dims_the_weights_fix_are_checked_at_their_size(tmp_path):
     assert report["check"]["samples"] == 2  # the doubled sample keeps 3 channels too
 
 
+@pytest.mark.parametrize("ir_version", [3, 4])
+def test_ir_3_initializers_listed_as_inputs_are_constants(tmp_path, ir_version):
+    # IR 3 lists every initializer among the inputs (the model zoo's opset-7 to 9 models); from IR 4 one so
+    # listed may be fed, and stays an input
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {"w": rng.standard_normal((4, 3, 3, 3)), "scale": rng.random(4) + 0.5, "bias": rng.standard_normal(4),
+               "mean": rng.standard_normal(4), "var": rng.random(4) + 0.5}
+    inits = [numpy_helper.from_array(a.astype(np.float32), name) for name, a in weights.items()]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])]
+        + [helper.make_tensor_value_info(t.name, onnx.TensorProto.FLOAT, list(t.dims)) for t in inits],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=ir_version)
+    path = tmp_path / "zoo.onnx"
+    onnx.save(model, path)
+    _, report = optimize(str(path), str(tmp_path / "out.onnx"))
+    assert report["check"]["first_mismatch"] is None
+    out = onnx.load(tmp_path / "out.onnx")
+    if ir_version == 3:
+        assert [n.op_type for n in out.graph.node] == ["Conv"] and [i.name for i in out.graph.input] == ["x"]
+        assert out.ir_version == 4
+    else:
+        assert [n.op_type for n in out.graph.node] == ["Conv", "BatchNormalization"] and len(out.graph.input) == 6
+
+
 def _cache_model(extra_column: bool, total: str = "total"):
     """A mask [batch, total] stacked under Concat(cache, x): total must be
     past + seq (+ 1 with `extra_column`, which no try of the check gives)."""

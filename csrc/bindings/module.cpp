@@ -389,7 +389,9 @@ PYBIND11_MODULE(_core, m) {
   });
 
   py::class_<ir::Model, ModelPtr>(m, "Model")
-      .def_property_readonly("ir_version", [](const ir::Model& x) { return opt_int(x.ir_version); })
+      .def_property(
+          "ir_version", [](const ir::Model& x) { return opt_int(x.ir_version); },
+          [](ir::Model& x, int64_t v) { x.ir_version.set(v); })
       .def_property_readonly("model_version", [](const ir::Model& x) { return opt_int(x.model_version); })
       .def_property_readonly("producer_name", [](const ir::Model& x) { return opt_str(x.producer_name); })
       .def_property_readonly("producer_version", [](const ir::Model& x) { return opt_str(x.producer_version); })
@@ -582,6 +584,8 @@ PYBIND11_MODULE(_core, m) {
       .def("remove_node", [](const GraphRef& g, const NodeRef& n) { g.ptr->remove_node(n.ptr); })
       .def("remove_output", [](const GraphRef& g, size_t index) { g.ptr->remove_output(index); },
            "Drops graph output `index`; what only it read becomes dead code.")
+      .def("unlist_initializer_inputs", [](const GraphRef& g) { return g.ptr->unlist_initializer_inputs(); },
+           "Drops the graph inputs that name an initializer (IR 3 lists them all); returns how many.")
       .def("replace_all_uses", [](const GraphRef& g, const ValueRef& a, const ValueRef& b) { g.ptr->replace_all_uses(a.ptr, b.ptr); })
       .def("set_constant",
            [](const GraphRef& g, const ValueRef& v, int32_t data_type, std::vector<int64_t> dims, py::bytes data,

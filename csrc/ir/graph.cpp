@@ -277,6 +277,35 @@ void Graph::remove_output(size_t index) {
   }
 }
 
+size_t Graph::unlist_initializer_inputs() {
+  ValueInfo* first = inputs.data();
+  const size_t n = inputs.size();
+  std::vector<Value*> described(n, nullptr);  // the value whose info is entry i
+  for (Value* v : values_)
+    if (v->info >= first && v->info < first + n) described[static_cast<size_t>(v->info - first)] = v;
+  std::vector<ValueInfo> kept;
+  std::vector<Value*> kept_described;
+  size_t dropped = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Value* v = inputs[i].value;
+    if (v && v->initializer) {
+      v->is_graph_input = false;
+      if (described[i]) described[i]->info = nullptr;
+      ++dropped;
+      continue;
+    }
+    kept.push_back(std::move(inputs[i]));
+    kept_described.push_back(described[i]);
+  }
+  if (!dropped) return 0;
+  inputs = std::move(kept);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (kept_described[i]) kept_described[i]->info = &inputs[i];
+  for (auto& vi : value_info)  // a value that lost its input entry may have a value_info one
+    if (vi.value && !vi.value->info) vi.value->info = &vi;
+  return dropped;
+}
+
 void Graph::drop_value(Value* v) {
   by_name_.erase(v->name);
   size_t slot = v->slot;  // swap with the last value and pop: the list's order is not meaningful

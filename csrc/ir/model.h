@@ -309,6 +309,10 @@ struct Graph {  // GraphProto, or the body of a FunctionProto
   void remove_node(Node* node);
   // Drops graph output `index` (what only it read becomes dead code).
   void remove_output(size_t index);
+  // Drops the graph inputs that name an initializer (IR 3 lists every
+  // initializer there); those values become plain initializers, the
+  // constants they are under IR 3. Returns how many.
+  size_t unlist_initializer_inputs();
   // Drops initializers nothing reads that are not graph inputs or outputs;
   // appends their names to `removed`.
   size_t remove_unused_initializers(std::vector<std::string>& removed);
