@@ -53,8 +53,19 @@ def _shareable(value) -> bool:
             and t.numpy_view() is not None)
 
 
+def _bytes(value) -> np.ndarray:
+    return np.ascontiguousarray(value.initializer.numpy_view()).reshape(-1).view(np.uint8)
+
+
+def _sample(value) -> bytes:
+    """A cheap key: the first and last 4 KiB (a model's weights of one
+    layout differ there; only tensors alike there are read whole)."""
+    data = _bytes(value)
+    return hashlib.blake2b(data[:4096].tobytes() + data[-4096:].tobytes(), digest_size=16).digest()
+
+
 def _digest(value) -> bytes:
-    return hashlib.blake2b(np.ascontiguousarray(value.initializer.numpy_view()).view(np.uint8), digest_size=16).digest()
+    return hashlib.blake2b(_bytes(value), digest_size=16).digest()
 
 
 class ShareBranchConstants(Pass):
@@ -81,9 +92,14 @@ class ShareBranchConstants(Pass):
         for members in by_layout.values():
             if len({id(g) for g, _ in members}) < 2 or all(g == graph for g, _ in members):
                 continue
-            by_content = defaultdict(list)
+            by_sample = defaultdict(list)
             for g, v in members:
-                by_content[_digest(v)].append((g, v))
+                by_sample[_sample(v)].append((g, v))
+            by_content = defaultdict(list)
+            for alike in by_sample.values():
+                if len({id(g) for g, _ in alike}) > 1 and any(g != graph for g, _ in alike):
+                    for g, v in alike:
+                        by_content[_digest(v)].append((g, v))
             for alike in by_content.values():
                 inner = [(g, v) for g, v in alike if g != graph]
                 outer = next((v for g, v in alike if g == graph), None)
