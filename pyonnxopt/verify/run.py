@@ -78,8 +78,11 @@ def verify(original, optimized, *, inputs=None, seed: int = 0, samples: int = 1,
         layer_list = im.common_intermediates(a.model, b.model)
         compared += [(i.name, i.op_type, i.order) for i in layer_list]
     info = {name: (op_type, order) for name, op_type, order in compared}
+    # Where the original cannot run on generated inputs, its dims are the likely cause.
+    hint = "" if inputs is not None else (" (generated inputs: a dynamic dim is 1 unless named in --dim NAME=SIZE; "
+                                          "give sizes the model takes, or samples with --inputs)")
     _compare_all(a, b, [n for n, _, _ in compared], len(output_names), feeds, table, group_size, byte_budget,
-                 records, say)
+                 records, say, hint)
 
     def record(name):
         op_type, order = info[name]
@@ -177,18 +180,18 @@ def _sessions(a, b, names: list, scratch: str) -> tuple:
     return _session(a, names, scratch), _session(b, names, scratch)
 
 
-def _run(session, ref, names: list, feeds: dict, index: int) -> list:
+def _run(session, ref, names: list, feeds: dict, index: int, hint: str = "") -> list:
     wanted = {i.name for i in session.get_inputs()}
     try:
         return session.run(names, {k: v for k, v in feeds.items() if k in wanted})
     except Exception as e:
         raise OnnxRuntimeFailure(f"{ref.where}: onnxruntime cannot run it on sample {index + 1}: "
-                                 f"{first_line(e)}") from None
+                                 f"{first_line(e)}{hint}") from None
 
 
 # ---------------------------------------------------------------- comparing
 
-def _compare_all(a, b, names, n_outputs, feeds, table, group_size, byte_budget, records, say) -> None:
+def _compare_all(a, b, names, n_outputs, feeds, table, group_size, byte_budget, records, say, hint: str = "") -> None:
     """Fills `records` (name -> merged comparison) group by group; the graph
     outputs go in the first group."""
     sizes = {}
@@ -214,7 +217,7 @@ def _compare_all(a, b, names, n_outputs, feeds, table, group_size, byte_budget, 
         with tempfile.TemporaryDirectory(prefix="pyonnxopt-verify-") as scratch:
             sa, sb = _sessions(a, b, group, scratch)
         for index, f in enumerate(feeds):
-            want = _run(sa, a, group, f, index)
+            want = _run(sa, a, group, f, index, hint)
             got = _run(sb, b, group, f, index)
             group_ok = True
             for name, x, y in zip(group, want, got):

@@ -247,6 +247,24 @@ def test_dim_sets_a_named_dynamic_dim(tmp_path, capsys):
     assert "no dynamic dim named 'len'" in capsys.readouterr().err
 
 
+def test_an_image_too_small_for_its_stem_says_to_size_it(tmp_path, capsys):
+    # optimum leaves pixel_values all dynamic: the channels come from the weights, the size needs --dim
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "channels", "height", "width"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = numpy_helper.from_array(np.ones((2, 3, 4, 4), np.float32), "w")
+    model = helper.make_model(helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], strides=[4, 4])],
+                                                "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    assert main(["verify", str(path), str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot run it on sample 1" in err and "a dynamic dim is 1 unless named in --dim NAME=SIZE" in err
+    assert main(["verify", str(path), str(path), "--dim", "height=8", "--dim", "width=8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["outputs"][0]["shape"] == [1, 2, 2, 2]  # 3 channels, as w says
+
+
 def test_a_transposed_intermediate_is_compared_in_its_new_layout(tmp_path):
     from onnx import TensorProto, helper
 
