@@ -50,6 +50,10 @@ def upgrade(model: Model, version: int, label: str = "") -> Model:
                     f"(give {current} or more, or leave --opset out)")
     if version == current:
         return model
+    if current < 9 <= version and any(n.op_type == "Scan" and n.domain in ("", "ai.onnx")
+                                      for n in model.nodes(recursive=True)):
+        raise Error(f"--opset {version}: {label} has a Scan from opset 8, whose batch axis onnx's version converter "
+                    "drops from the graph's inputs rather than converting; leave --opset out")
     if model.functions:  # the converter drops them, leaving their calls undefined
         raise Error(f"--opset {version}: {label} has model-local functions ({model.functions[0].name}, ...), "
                     "which onnx's version converter cannot convert; leave --opset out")
@@ -76,12 +80,15 @@ def upgrade(model: Model, version: int, label: str = "") -> Model:
         converted = proto
     else:
         resizes = _opset_10_resizes(proto.graph, label, version) if current < 11 <= version else []
+        slopes = _opset_6_prelu_slopes(proto.graph, label, version) if current < 7 <= version else []
         try:
             converted = version_converter.convert_version(proto, version)
         except Exception as e:  # onnx raises RuntimeError, ValidationError, ... naming the op it cannot convert
             raise Error(f"--opset {version}: onnx's version converter cannot convert {label} from opset {current}: "
                         f"{first_line(e)}; leave --opset out to keep opset {current}") from None
         _keep_resize_modes(converted.graph, resizes, label, version)
+        _keep_prelu_channels(converted.graph, slopes)
+        _same_signature(proto.graph, converted.graph, label, version)
     # An opset needs an IR version that knows it (opset 23 came with IR 11).
     converted.ir_version = max(converted.ir_version, helper.find_min_ir_version_for(
         [helper.make_opsetid("", version)], ignore_unknown=True))
@@ -99,15 +106,16 @@ def _graphs(graph):
                 yield from _graphs(body)
 
 
-def _constant_floats(graph, name: str):
+def _constant(graph, name: str):
+    """An initializer's or a Constant node's array, if inline in the copy."""
     from onnx import numpy_helper
 
     for t in graph.initializer:
         if t.name == name:
-            return numpy_helper.to_array(t).ravel() if t.data_location != t.EXTERNAL else None
+            return numpy_helper.to_array(t) if t.data_location != t.EXTERNAL else None
     for n in graph.node:
         if n.op_type == "Constant" and n.output and n.output[0] == name:
-            return next((numpy_helper.to_array(a.t).ravel() for a in n.attribute if a.name == "value"), None)
+            return next((numpy_helper.to_array(a.t) for a in n.attribute if a.name == "value"), None)
     return None
 
 
@@ -132,7 +140,7 @@ def _opset_10_resizes(graph, label: str, version: int) -> list:
         mode = next((a.s.decode() for a in n.attribute if a.name == "mode"), "nearest")
         nearest = ""
         if mode == "nearest":
-            scales = None if n.op_type == "Upsample" or len(n.input) < 2 else _constant_floats(g, n.input[1])
+            scales = None if n.op_type == "Upsample" or len(n.input) < 2 else _constant(g, n.input[1])
             if n.op_type == "Upsample" or (scales is not None and np.all(scales >= 1)):
                 nearest = "floor"
             elif scales is not None and np.all(scales <= 1):
@@ -162,3 +170,76 @@ def _keep_resize_modes(graph, resizes: list, label: str, version: int) -> None:
         del n.attribute[:]
         n.attribute.extend(keep + [helper.make_attribute("coordinate_transformation_mode", transform)]
                            + ([helper.make_attribute("nearest_mode", nearest)] if nearest else []))
+
+
+# ---------------------------------------------------------------- PRelu-6
+
+def _rank(graph, name: str):
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.name == name and v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+            return len(v.type.tensor_type.shape.dim)
+    return None
+
+
+def _opset_6_prelu_slopes(graph, label: str, version: int) -> list:
+    """For each PRelu (in `_graphs`' order): the rank of its input where
+    its slope is one per channel, else None. PRelu-6 applied a (C,) slope
+    along axis 1; from opset 7 it broadcasts like numpy, along the last
+    axis, and the converter keeps it as it is (a wrong result or a failure
+    wherever C is not the last dim). Error where the input's rank is unknown."""
+    found = []
+    for g in _graphs(graph):
+        for n in g.node:
+            if n.op_type != "PRelu" or n.domain not in ("", "ai.onnx"):
+                continue
+            slope = _constant(g, n.input[1]) if len(n.input) > 1 else None
+            if slope is None or slope.ndim != 1 or slope.size <= 1:
+                found.append(None)
+                continue
+            rank = _rank(g, n.input[0])
+            if rank is None:
+                raise Error(f"--opset {version}: PRelu {n.name or n.output[0]!r} of {label} (opset 6) has a slope "
+                            "per channel and an input of unknown rank, so its channel axis cannot be kept; "
+                            "leave --opset out")
+            found.append(rank if rank > 2 else None)
+    return found
+
+
+def _keep_prelu_channels(graph, slopes: list) -> None:
+    """Puts a Reshape to (C, 1, ..., 1) before each PRelu whose slope
+    `_opset_6_prelu_slopes` found per channel (the converter keeps the
+    PRelus in place)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    if not any(slopes):
+        return
+    prelus = [(g, n) for g in _graphs(graph) for n in g.node if n.op_type == "PRelu" and n.domain in ("", "ai.onnx")]
+    for k, ((g, n), rank) in enumerate(zip(prelus, slopes)):
+        if not rank:
+            continue
+        shape = f"{n.input[1]}_channels_shape{k}"
+        g.initializer.append(numpy_helper.from_array(np.array([-1] + [1] * (rank - 2), np.int64), shape))
+        channels = f"{n.input[1]}_channels{k}"
+        at = list(g.node).index(n)
+        g.node.insert(at, helper.make_node("Reshape", [n.input[1], shape], [channels]))
+        n.input[1] = channels
+
+
+def _same_signature(before, after, label: str, version: int) -> None:
+    """The converter must not change the graph's inputs and outputs (its
+    Scan adapter once shortened them)."""
+    def signature(graph):  # names, element types and ranks (the converter may state more dims)
+        def rank(t):
+            return len(t.tensor_type.shape.dim) if t.tensor_type.HasField("shape") else None
+
+        return [(v.name, v.type.WhichOneof("value"), v.type.tensor_type.elem_type, rank(v.type))
+                for v in [*graph.input, *graph.output]]
+
+    def same(a, b):
+        return a[:3] == b[:3] and (a[3] is None or b[3] is None or a[3] == b[3])
+
+    old, new = signature(before), signature(after)
+    if len(old) != len(new) or not all(map(same, old, new)):
+        raise Error(f"--opset {version}: onnx's version converter changed the inputs or outputs of {label}, "
+                    "which pyonnxopt does not let it do; leave --opset out")

@@ -153,8 +153,9 @@ def test_ir_3_initializers_listed_as_inputs_are_constants(tmp_path, ir_version):
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
          helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])]
-        + [helper.make_tensor_value_info(t.name, onnx.TensorProto.FLOAT, list(t.dims)) for t in inits],
+        [helper.make_tensor_value_info(t.name, onnx.TensorProto.FLOAT, list(t.dims)) for t in inits[:2]]
+        + [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])]
+        + [helper.make_tensor_value_info(t.name, onnx.TensorProto.FLOAT, list(t.dims)) for t in inits[2:]],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=ir_version)
     path = tmp_path / "zoo.onnx"
@@ -164,9 +165,23 @@ def test_ir_3_initializers_listed_as_inputs_are_constants(tmp_path, ir_version):
     out = onnx.load(tmp_path / "out.onnx")
     if ir_version == 3:
         assert [n.op_type for n in out.graph.node] == ["Conv"] and [i.name for i in out.graph.input] == ["x"]
-        assert out.ir_version == 4
+        assert out.ir_version == 4 and out.graph.input[0].type.tensor_type.shape.dim[3].dim_value == 8
     else:
         assert [n.op_type for n in out.graph.node] == ["Conv", "BatchNormalization"] and len(out.graph.input) == 6
+
+
+def test_an_ir_3_model_without_initializer_inputs_keeps_its_inputs_typed(tmp_path):
+    from onnx import helper
+
+    graph = helper.make_graph([helper.make_node("And", ["a", "b"], ["y"])], "g",
+                              [helper.make_tensor_value_info(n, onnx.TensorProto.BOOL, [3, 4]) for n in "ab"],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.BOOL, [3, 4])])
+    path = tmp_path / "and.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)], ir_version=3), path)
+    _, report = optimize(str(path), str(tmp_path / "out.onnx"))
+    assert report["check"]["first_mismatch"] is None
+    out = onnx.load(tmp_path / "out.onnx")
+    assert [(i.name, i.type.tensor_type.elem_type) for i in out.graph.input] == [("a", 9), ("b", 9)]
 
 
 def _cache_model(extra_column: bool, total: str = "total"):

@@ -278,6 +278,8 @@ void Graph::remove_output(size_t index) {
 }
 
 size_t Graph::unlist_initializer_inputs() {
+  if (std::none_of(inputs.begin(), inputs.end(), [](const ValueInfo& i) { return i.value && i.value->initializer; }))
+    return 0;
   ValueInfo* first = inputs.data();
   const size_t n = inputs.size();
   std::vector<Value*> described(n, nullptr);  // the value whose info is entry i
@@ -297,7 +299,6 @@ size_t Graph::unlist_initializer_inputs() {
     kept.push_back(std::move(inputs[i]));
     kept_described.push_back(described[i]);
   }
-  if (!dropped) return 0;
   inputs = std::move(kept);
   for (size_t i = 0; i < inputs.size(); ++i)
     if (kept_described[i]) kept_described[i]->info = &inputs[i];

@@ -25,8 +25,9 @@ def branch(name: str, weight: np.ndarray, weight_name: str = "w_t", out_constant
 
 
 def merged(then_weight, else_weight, outer=(), out_constant=False):
-    main = h.make_graph([h.make_node("If", ["flag"], ["y"], then_branch=branch("t", then_weight, out_constant=out_constant),
-                                     else_branch=branch("e", else_weight, out_constant=out_constant))],
+    branches = {"then_branch": branch("t", then_weight, out_constant=out_constant),
+                "else_branch": branch("e", else_weight, out_constant=out_constant)}
+    main = h.make_graph([h.make_node("If", ["flag"], ["y"], **branches)],
                         "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 16]),
                               h.make_tensor_value_info("flag", T.BOOL, [])],
                         [h.make_tensor_value_info("y", T.FLOAT, [2, 32])],
@@ -43,8 +44,8 @@ def run(proto):
 
 def initializers(m):
     branches = m.graph.nodes[0].attributes
-    return ([t.name for t in m.graph.initializers],
-            [t.name for t in branches["then_branch"].initializers], [t.name for t in branches["else_branch"].initializers])
+    return tuple([t.name for t in g.initializers]
+                 for g in (m.graph, branches["then_branch"], branches["else_branch"]))
 
 
 def same_outputs(before, m):
@@ -101,7 +102,8 @@ def test_merged_tied_embeddings_are_held_once_after_optimizing(tmp_path):
 
     main = h.make_graph([h.make_node("Gather", ["emb", "ids"], ["hid"]),
                          h.make_node("If", ["flag"], ["y"], then_branch=body("t"), else_branch=body("e"))], "g",
-                        [h.make_tensor_value_info("ids", T.INT64, [2, 3]), h.make_tensor_value_info("flag", T.BOOL, [])],
+                        [h.make_tensor_value_info("ids", T.INT64, [2, 3]),
+                         h.make_tensor_value_info("flag", T.BOOL, [])],
                         [h.make_tensor_value_info("y", T.FLOAT, [2, 3, 300])], [numpy_helper.from_array(e, "emb")])
     proto = h.make_model(main, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
     path, out = tmp_path / "tied.onnx", tmp_path / "out.onnx"
@@ -109,5 +111,5 @@ def test_merged_tied_embeddings_are_held_once_after_optimizing(tmp_path):
     _, report = pyonnxopt.optimize(str(path), str(out))
     assert report["check"]["first_mismatch"] is None
     optimized = onnx.load(out)
-    held = [t for t in optimized.graph.initializer] + [t for a in optimized.graph.node[1].attribute for t in a.g.initializer]
+    held = list(optimized.graph.initializer) + [t for a in optimized.graph.node[1].attribute for t in a.g.initializer]
     assert sorted(tuple(t.dims) for t in held) == [(64, 300), (300, 64)]  # the embedding, and its transpose once
