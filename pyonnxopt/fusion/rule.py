@@ -81,6 +81,12 @@ def take_over(graph, old: Value, new: Value, old_suffix: str = "_replaced") -> N
         graph.set_value_type(new, type_proto)
 
 
+def reshape_attrs(allowzero) -> Optional[dict]:
+    """A new Reshape's attributes: `allowzero` only where set (the attribute
+    exists from opset 14; 0 is its default)."""
+    return {"allowzero": 1} if allowzero else None
+
+
 class Match:
     """One place the pattern matched: bindings by element name."""
 

@@ -101,7 +101,7 @@ import numpy as np
 from onnx import helper
 
 from pyonnxopt.fusion import Const, Op, Rule, Var
-from pyonnxopt.fusion.rule import Edit, Match
+from pyonnxopt.fusion.rule import Edit, Match, reshape_attrs
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain, opset_reason
 from pyonnxopt.fusion.values import constant_ints, dims, same_dim, scalar_of
 from pyonnxopt.model import Value
@@ -330,11 +330,11 @@ class FuseAttention(Rule):
             (y,) = edit.node("Reshape", [made(last), heads], hint="output_heads")
             last = ("Transpose", [y], {"perm": SPLIT}, "")
         if ("q3" in m or "qkv3" in m) and _merge(m, _split(m, "q"), _split(m, "v")) == "reshape":
-            last = ("Reshape", [made(last), m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)}, "")
+            last = ("Reshape", [made(last), m["out_shape"]], reshape_attrs(m.root.attributes.get("allowzero", 0)), "")
         if "qs" in m:  # back to sequence-first, in the memory order the merge's Reshape read
             y = made(last)
             (y,) = edit.node("Transpose", [y], {"perm": [1, 0, 2]}, hint=f"{y.name}_seq_first")
-            last = ("Reshape", [y, m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)}, "")
+            last = ("Reshape", [y, m["out_shape"]], reshape_attrs(m.root.attributes.get("allowzero", 0)), "")
         if isinstance(last, tuple):
             edit.replace_root(last[0], last[1], last[2], domain=last[3])
         else:

@@ -42,7 +42,7 @@ from typing import Optional, Union
 import numpy as np
 
 from pyonnxopt.fusion.pattern import Op, Var
-from pyonnxopt.fusion.rule import Edit, Match, Rule
+from pyonnxopt.fusion.rule import Edit, Match, Rule, reshape_attrs
 from pyonnxopt.fusion.rules.fuse_attention import (SPLIT, _heads, _merge, _split, guard_inputs, guard_reason, nan_guard,
                                                     past_reason)
 from pyonnxopt.fusion.values import dims, same_dim
@@ -102,7 +102,7 @@ class FuseAttentionHeads(Rule):
         if exact:
             edit.replace_value(m.root.outputs[0], y)
         else:
-            edit.replace_root("Reshape", [y, m["out_shape"]], {"allowzero": m.root.attributes.get("allowzero", 0)})
+            edit.replace_root("Reshape", [y, m["out_shape"]], reshape_attrs(m.root.attributes.get("allowzero", 0)))
         return None
 
 

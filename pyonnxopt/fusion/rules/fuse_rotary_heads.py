@@ -32,7 +32,7 @@ from typing import Optional, Union
 import numpy as np
 
 from pyonnxopt.fusion.pattern import Op, Var
-from pyonnxopt.fusion.rule import Edit, Match, Rule
+from pyonnxopt.fusion.rule import Edit, Match, Rule, reshape_attrs
 from pyonnxopt.fusion.rules.fuse_attention import SPLIT, _heads, _split
 from pyonnxopt.fusion.values import dims
 
@@ -72,7 +72,7 @@ class FuseRotaryHeads(Rule):
                             hint=f"{rotary.name or 'rotary'}_3d")
         edit.added[-1].copy_attributes(rotary)
         edit.added[-1].set_attribute("num_heads", h)
-        (heads,) = edit.node("Reshape", [flat, split_shape], {"allowzero": allowzero}, hint=f"{flat.name}_heads")
+        (heads,) = edit.node("Reshape", [flat, split_shape], reshape_attrs(allowzero), hint=f"{flat.name}_heads")
         edit.replace_root("Transpose", [heads], {"perm": SPLIT})
         return None
 
