@@ -23,6 +23,16 @@ def test_float16_within_a_few_rounding_steps_matches():
     assert _mismatch(x, (x * np.float16(1.02)).astype(np.float16)) == "y: max abs diff 0.0781 (seed 0)"
 
 
+def test_float16_is_within_4_steps_of_the_largest_value():
+    # a fused float16 attention rounds its way: 2 steps of the largest value off on a small element
+    x = np.linspace(-4, 4, 101).astype(np.float16)
+    step = float(np.finfo(np.float16).eps) * 4
+    near, far = x.copy(), x.copy()
+    near[50] += np.float16(3 * step)
+    far[50] += np.float16(6 * step)
+    assert _mismatch(x, near) is None and _mismatch(x, far) is not None
+
+
 def test_float32_keeps_its_tolerance():
     x = np.linspace(-4, 4, 101).astype(np.float32)
     assert _mismatch(x, x * np.float32(1 + 5e-5)) is None
