@@ -191,15 +191,21 @@ def _name_subgraph_values_apart(graph, scope: Optional[dict] = None, counter: Op
                 if name:
                     inner[name] = name + tag
                     renamed[name + tag] = name
-            for v in [*body.input, *body.output, *body.value_info]:
-                v.name = inner.get(v.name, v.name)
-            for t in body.initializer:
-                t.name = inner.get(t.name, t.name)
-            for m in body.node:
-                m.input[:] = [inner.get(x, x) for x in m.input]
-                m.output[:] = [inner.get(x, x) for x in m.output]
+            _rename(body, inner)
             renamed.update(_name_subgraph_values_apart(body, inner, counter))
     return renamed
+
+
+def _rename(body, names: dict) -> None:
+    """Renames a body's values (declared, held and computed) and its nodes'
+    references by `names`, old -> new."""
+    for v in [*body.input, *body.output, *body.value_info]:
+        v.name = names.get(v.name, v.name)
+    for t in body.initializer:
+        t.name = names.get(t.name, t.name)
+    for m in body.node:
+        m.input[:] = [names.get(x, x) for x in m.input]
+        m.output[:] = [names.get(x, x) for x in m.output]
 
 
 def _restore_subgraph_names(graph, renamed: dict) -> None:
@@ -208,13 +214,7 @@ def _restore_subgraph_names(graph, renamed: dict) -> None:
         return
     for n in graph.node:
         for body in _bodies(n):
-            for v in [*body.input, *body.output, *body.value_info]:
-                v.name = renamed.get(v.name, v.name)
-            for t in body.initializer:
-                t.name = renamed.get(t.name, t.name)
-            for m in body.node:
-                m.input[:] = [renamed.get(x, x) for x in m.input]
-                m.output[:] = [renamed.get(x, x) for x in m.output]
+            _rename(body, renamed)
             _restore_subgraph_names(body, renamed)
 
 

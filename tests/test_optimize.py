@@ -99,20 +99,25 @@ def test_a_model_onnxruntime_cannot_run_still_optimizes(tmp_path, capsys):
     assert [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node] == ["Special", "Relu"]
 
 
-def test_a_strided_stem_is_checked_on_inputs_large_enough(tmp_path, capsys, monkeypatch):
-    # A 4x4 stride-4 Conv cannot run on the 1x1 image unknown dims give first.
-    import numpy as np
+def _strided_stem(tmp_path, image: str):
+    """A 4x4 stride-4 Conv of 3 channels read through an Identity, saved."""
     from onnx import parser
 
-    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
-        g (float[N,3,H,W] x) => (float[N,8,h,w] y) {
+    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + f"""
+        g (float[{image}] x) => (float[N,8,h,w] y) {{
             a = Identity(x)
             c = Conv <kernel_shape = [4, 4], strides = [4, 4]> (a, w)
             y = Relu(c)
-        }""")
+        }}""")
     model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((8, 3, 4, 4), np.float32), "w"))
     path = tmp_path / "stem.onnx"
     onnx.save(model, path)
+    return path
+
+
+def test_a_strided_stem_is_checked_on_inputs_large_enough(tmp_path, capsys, monkeypatch):
+    # A 4x4 stride-4 Conv cannot run on the 1x1 image unknown dims give first.
+    path = _strided_stem(tmp_path, "N,3,H,W")
     _, report = optimize(str(path), str(tmp_path / "out.onnx"))
     assert report["check"]["first_mismatch"] is None and report["check"]["unknown_dims"] == 32
     monkeypatch.setenv("COLUMNS", "300")
@@ -121,20 +126,9 @@ def test_a_strided_stem_is_checked_on_inputs_large_enough(tmp_path, capsys, monk
         capsys.readouterr().out
 
 
-
 def test_dims_the_weights_fix_are_checked_at_their_size(tmp_path):
     # optimum leaves an image's channels dynamic: [batch, num_channels, height, width]
-    import numpy as np
-    from onnx import parser
-
-    model = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + """
-        g (float[batch,num_channels,height,width] x) => (float[batch,8,h,w] y) {
-            c = Conv <kernel_shape = [4, 4], strides = [4, 4]> (x, w)
-            y = Relu(c)
-        }""")
-    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((8, 3, 4, 4), np.float32), "w"))
-    path = tmp_path / "channels.onnx"
-    onnx.save(model, path)
+    path = _strided_stem(tmp_path, "batch,num_channels,height,width")
     _, report = optimize(str(path), str(tmp_path / "out.onnx"))
     assert report["check"]["first_mismatch"] is None and report["check"]["unknown_dims"] == 32
     assert report["check"]["samples"] == 2  # the doubled sample keeps 3 channels too
