@@ -7,6 +7,10 @@ op's changes between versions); it sees the model without its weights
 (references to a file that does not exist), and the converted graph takes
 the original tensors back by index, shared, never copied. So a 10 GB model
 converts in the time and memory of its graph.
+
+Where an adapter changes what a model computes, pyonnxopt mends the result
+(Resize-10's rounding, PRelu-6's per-channel slope) or refuses (Scan-8, and
+any conversion that changes the graph's inputs or outputs).
 """
 
 from __future__ import annotations
