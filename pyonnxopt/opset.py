@@ -18,6 +18,7 @@ from __future__ import annotations
 from pyonnxopt import _core
 from pyonnxopt.errors import Error, first_line
 from pyonnxopt.model import Model
+from pyonnxopt.proto_graphs import graphs
 
 # Tensors up to this size travel inline through the converter (its adapters
 # may read small constants); bigger ones stay behind as references.
@@ -91,7 +92,7 @@ def upgrade(model: Model, version: int, label: str = "") -> Model:
             raise Error(f"--opset {version}: onnx's version converter cannot convert {label} from opset {current}: "
                         f"{first_line(e)}; leave --opset out to keep opset {current}") from None
         _keep_resize_modes(converted.graph, resizes, label, version)
-        _keep_prelu_channels(converted.graph, slopes)
+        _keep_prelu_channels(converted.graph, slopes, label, version)
         _same_signature(proto.graph, converted.graph, label, version)
     # An opset needs an IR version that knows it (opset 23 came with IR 11).
     converted.ir_version = max(converted.ir_version, helper.find_min_ir_version_for(
@@ -100,15 +101,7 @@ def upgrade(model: Model, version: int, label: str = "") -> Model:
                                   weights_from=model._core))
 
 
-# ---------------------------------------------------------------- Resize-10
-
-def _graphs(graph):
-    yield graph
-    for n in graph.node:
-        for a in n.attribute:
-            for body in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                yield from _graphs(body)
-
+# ---------------------------------------------------------------- what the converter gets wrong
 
 def _constant(graph, name: str):
     """An initializer's or a Constant node's array, if inline in the copy."""
@@ -123,15 +116,31 @@ def _constant(graph, name: str):
     return None
 
 
-def _resizes(graph):
-    """Every Upsample and Resize, graph by graph in `_graphs`' order."""
-    return [(g, n) for g in _graphs(graph) for n in g.node
-            if n.domain in ("", "ai.onnx") and n.op_type in ("Upsample", "Resize")]
+def _in_order(graph, ops: tuple) -> list:
+    """(graph, node) for every node of `ops`, graph by graph in `graphs`'
+    order: the converter keeps such nodes in place (it may rename their
+    outputs), so before and after match by position."""
+    return [(g, n) for g in graphs(graph) for n in g.node if n.domain in ("", "ai.onnx") and n.op_type in ops]
+
+
+def _converted_in_place(graph, ops: tuple, now: str, count: int, label: str, version: int) -> list:
+    """`_in_order`'s nodes after conversion: as many as before, each a `now`
+    (Upsample has become Resize); else Error."""
+    written = _in_order(graph, ops)
+    if len(written) != count or any(n.op_type != now for _, n in written):
+        raise Error(f"--opset {version}: onnx's version converter rewrote the {'/'.join(ops)} nodes of {label} "
+                    "beyond recognition, so what they computed cannot be kept; leave --opset out")
+    return written
+
+
+# ---------------------------------------------------------------- Resize-10
+
+_RESIZES = ("Upsample", "Resize")
 
 
 def _opset_10_resizes(graph, label: str, version: int) -> list:
     """(coordinate_transformation_mode, nearest_mode) for every Upsample and
-    Resize-10 (in `_resizes`' order) the converter will make a Resize-11+: onnx's
+    Resize-10 (in `_in_order`) the converter will make a Resize-11+: onnx's
     adapter leaves both attributes at their new defaults (half_pixel,
     round_prefer_floor), which moves every pixel. Before opset 11 the
     coordinates were asymmetric, and nearest took the floor when upsampling
@@ -140,7 +149,7 @@ def _opset_10_resizes(graph, label: str, version: int) -> list:
     import numpy as np
 
     found = []
-    for g, n in _resizes(graph):
+    for g, n in _in_order(graph, _RESIZES):
         mode = next((a.s.decode() for a in n.attribute if a.name == "mode"), "nearest")
         nearest = ""
         if mode == "nearest":
@@ -159,17 +168,13 @@ def _opset_10_resizes(graph, label: str, version: int) -> list:
 
 def _keep_resize_modes(graph, resizes: list, label: str, version: int) -> None:
     """Sets the attributes `_opset_10_resizes` worked out on the Resizes the
-    converter wrote, which stand where the old ones stood (it renames their
-    outputs, so they are found by place)."""
+    converter wrote."""
     from onnx import helper
 
     if not resizes:
         return
-    written = _resizes(graph)
-    if len(written) != len(resizes) or any(n.op_type != "Resize" for _, n in written):
-        raise Error(f"--opset {version}: onnx's version converter rewrote the Upsample/Resize nodes of {label} "
-                    "beyond recognition, so their opset-10 rounding cannot be kept; leave --opset out")
-    for (_, n), (transform, nearest) in zip(written, resizes):
+    for (_, n), (transform, nearest) in zip(_converted_in_place(graph, _RESIZES, "Resize", len(resizes), label, version),
+                                            resizes):
         keep = [a for a in n.attribute if a.name not in ("coordinate_transformation_mode", "nearest_mode")]
         del n.attribute[:]
         n.attribute.extend(keep + [helper.make_attribute("coordinate_transformation_mode", transform)]
@@ -186,39 +191,35 @@ def _rank(graph, name: str):
 
 
 def _opset_6_prelu_slopes(graph, label: str, version: int) -> list:
-    """For each PRelu (in `_graphs`' order): the rank of its input where
+    """For each PRelu (in `_in_order`): the rank of its input where
     its slope is one per channel, else None. PRelu-6 applied a (C,) slope
     along axis 1; from opset 7 it broadcasts like numpy, along the last
     axis, and the converter keeps it as it is (a wrong result or a failure
     wherever C is not the last dim). Error where the input's rank is unknown."""
     found = []
-    for g in _graphs(graph):
-        for n in g.node:
-            if n.op_type != "PRelu" or n.domain not in ("", "ai.onnx"):
-                continue
-            slope = _constant(g, n.input[1]) if len(n.input) > 1 else None
-            if slope is None or slope.ndim != 1 or slope.size <= 1:
-                found.append(None)
-                continue
-            rank = _rank(g, n.input[0])
-            if rank is None:
-                raise Error(f"--opset {version}: PRelu {n.name or n.output[0]!r} of {label} (opset 6) has a slope "
-                            "per channel and an input of unknown rank, so its channel axis cannot be kept; "
-                            "leave --opset out")
-            found.append(rank if rank > 2 else None)
+    for g, n in _in_order(graph, ("PRelu",)):
+        slope = _constant(g, n.input[1]) if len(n.input) > 1 else None
+        if slope is None or slope.ndim != 1 or slope.size <= 1:
+            found.append(None)
+            continue
+        rank = _rank(g, n.input[0])
+        if rank is None:
+            raise Error(f"--opset {version}: PRelu {n.name or n.output[0]!r} of {label} (opset 6) has a slope "
+                        "per channel and an input of unknown rank, so its channel axis cannot be kept; "
+                        "leave --opset out")
+        found.append(rank if rank > 2 else None)
     return found
 
 
-def _keep_prelu_channels(graph, slopes: list) -> None:
+def _keep_prelu_channels(graph, slopes: list, label: str, version: int) -> None:
     """Puts a Reshape to (C, 1, ..., 1) before each PRelu whose slope
-    `_opset_6_prelu_slopes` found per channel (the converter keeps the
-    PRelus in place)."""
+    `_opset_6_prelu_slopes` found per channel."""
     import numpy as np
     from onnx import helper, numpy_helper
 
     if not any(slopes):
         return
-    prelus = [(g, n) for g in _graphs(graph) for n in g.node if n.op_type == "PRelu" and n.domain in ("", "ai.onnx")]
+    prelus = _converted_in_place(graph, ("PRelu",), "PRelu", len(slopes), label, version)
     for k, ((g, n), rank) in enumerate(zip(prelus, slopes)):
         if not rank:
             continue

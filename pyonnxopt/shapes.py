@@ -11,6 +11,7 @@ from typing import Mapping, Optional, Sequence
 from pyonnxopt import symbolic_shapes
 from pyonnxopt.errors import Error, first_line
 from pyonnxopt.model import Graph, Model
+from pyonnxopt.proto_graphs import bodies, graphs
 
 log = logging.getLogger(__name__)
 
@@ -165,11 +166,6 @@ def _generated(name: str) -> int:
 _APART = "::pyonnxopt_body"
 
 
-def _bodies(node):
-    for a in node.attribute:
-        yield from ([a.g] if a.HasField("g") else []) + list(a.graphs)
-
-
 def _name_subgraph_values_apart(graph, scope: Optional[dict] = None, counter: Optional[list] = None) -> dict:
     """In the copy inference runs on, every value a subgraph defines gets a
     name of its own (`name::pyonnxopt_bodyK`), references inside it and its
@@ -181,7 +177,7 @@ def _name_subgraph_values_apart(graph, scope: Optional[dict] = None, counter: Op
     counter = counter if counter is not None else [0]
     renamed: dict = {}
     for n in graph.node:
-        for body in _bodies(n):
+        for body in bodies(n):
             counter[0] += 1
             tag = f"{_APART}{counter[0]}"
             inner = dict(scope)
@@ -213,7 +209,7 @@ def _restore_subgraph_names(graph, renamed: dict) -> None:
     if not renamed:
         return
     for n in graph.node:
-        for body in _bodies(n):
+        for body in bodies(n):
             _rename(body, renamed)
             _restore_subgraph_names(body, renamed)
 
@@ -294,13 +290,10 @@ def _link_generated(pg, g: Graph, still: set) -> None:
 
 def _all_dims(graph):
     """Every dim of the graph's and its subgraphs' inputs, outputs and value_info."""
-    for vi in [*graph.input, *graph.output, *graph.value_info]:
-        if vi.type.HasField("tensor_type"):
-            yield from vi.type.tensor_type.shape.dim
-    for n in graph.node:
-        for a in n.attribute:
-            for body in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                yield from _all_dims(body)
+    for g in graphs(graph):
+        for vi in [*g.input, *g.output, *g.value_info]:
+            if vi.type.HasField("tensor_type"):
+                yield from vi.type.tensor_type.shape.dim
 
 
 def _merged(type_proto, value, aliases: Mapping) -> None:

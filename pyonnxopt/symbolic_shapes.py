@@ -85,6 +85,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
+from pyonnxopt.proto_graphs import bodies, graphs
+
 _GENERATED = "unk__"
 _MAX_ENTRIES = 64
 
@@ -297,19 +299,6 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
     return out
 
 
-def _bodies(node) -> list:
-    return [b for a in node.attribute for b in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
-
-
-def _graphs(graph) -> list:
-    """The graph and its subgraphs, outermost first."""
-    out = [graph]
-    for n in graph.node:
-        for body in _bodies(n):
-            out += _graphs(body)
-    return out
-
-
 class _Walk:
     def __init__(self, graph, names: Optional[dict] = None, aliases: Optional[dict] = None):
         self.names = dict(names or {})  # Linear -> the symbol a value onnx knows gives it (rule 6)
@@ -324,7 +313,7 @@ class _Walk:
         self._computed_as: dict = {}  # an output's name for a dim -> the symbols the walk computed for it
         self.links: dict = {}  # a generated name -> one it was proven equal to (rule 9)
         self.generated_names: dict = {}  # a sum or product the walk keeps -> the generated name onnx gave it
-        for g in _graphs(graph):  # subgraphs' values are named apart from each other (shapes.infer)
+        for g in graphs(graph):  # subgraphs' values are named apart from each other (shapes.infer)
             if g is not graph:
                 self.input_names |= {v.name for v in g.input}
             for v in list(g.input) + list(g.value_info) + list(g.output):
@@ -359,7 +348,7 @@ class _Walk:
         """Walks the graph, and each subgraph after the node that holds it."""
         refined = {} if refined is None else refined
         for n in graph.node:
-            for body in _bodies(n):
+            for body in bodies(n):
                 self.run(body, refined)
             if n.domain not in ("", "ai.onnx"):
                 continue
@@ -795,7 +784,8 @@ def refine(graph, aliases: Optional[dict] = None) -> int:
     and no value_info entry keeps one."""
     inputs = {d for v in graph.input for d in (_dims_of(v.type) or [])}
     own = {d for v in graph.output for d in (_dims_of(v.type) or []) if _is_symbol(d) and d not in inputs}
-    infos = {v.name: v for g in _graphs(graph) for v in g.value_info}
+    every = graphs(graph)
+    infos = {v.name: v for g in every for v in g.value_info}
     if not own and not any(_dims_of(v.type) is None or not all(map(_known, _dims_of(v.type)))
                            for v in infos.values() if v.type.HasField("tensor_type")):
         return 0  # onnx left nothing unknown, no output has a name of its own: the walk could only confirm it
@@ -817,7 +807,7 @@ def refine(graph, aliases: Optional[dict] = None) -> int:
                 linked += 1
     if not refined:
         return linked
-    fixed = {name for g in _graphs(graph)
+    fixed = {name for g in every
              for name in [*(v.name for v in g.input), *(v.name for v in g.output), *(t.name for t in g.initializer)]}
     count = 0
     for name, dims in refined.items():
