@@ -13,6 +13,7 @@ import numpy as np
 
 from pyonnxopt.dim_names import sum_terms
 from pyonnxopt.errors import Error, MissingDependency, first_line
+from pyonnxopt.weight_dims import with_implied
 
 
 class CheckUnavailable(Error):
@@ -64,17 +65,15 @@ MAX_INPUT_BYTES = 1 << 30
 
 
 def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
-                  symbols: Optional[dict] = None, batch: int = 1, implied: Optional[dict] = None) -> dict:
+                  symbols: Optional[dict] = None, batch: int = 1) -> dict:
     """Seeded inputs: floats ~ N(0, 1), integers 0 or 1 (index-like inputs
     such as token ids, token types and masks stay in range of any table),
     booleans at random; unknown dims are `batch` on an input's first axis
     and `size` after it, but a named dim in `symbols` takes its size
-    there, and a dim the weights fix (`implied`, {input: {axis: size}},
-    see weight_dims) that size. Inputs named in `given` (the caller
-    has them) are left out."""
+    there. Inputs named in `given` (the caller has them) are left out."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    for name, (dtype, shape) in _input_shapes(sess, given, size, symbols, batch, implied).items():
+    for name, (dtype, shape) in _input_shapes(sess, given, size, symbols, batch).items():
         if np.prod(shape, dtype=np.float64) * np.dtype(dtype).itemsize > MAX_INPUT_BYTES:
             raise CheckUnavailable(f"input '{name}' of shape {shape} is too large to generate for the check "
                                    f"(over {MAX_INPUT_BYTES >> 30} GiB); give smaller inputs with --check-inputs")
@@ -88,19 +87,12 @@ def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
     return feeds
 
 
-def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict], batch: int,
-                  implied: Optional[dict] = None) -> dict:
+def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict], batch: int) -> dict:
     """name -> (numpy dtype, shape) of the inputs random_inputs makes. A
     dim named as a sum of the others (optimum's attention mask, `past_seq +
     seq`) is that sum of their sizes, unless `symbols` sizes it."""
     out = {}
-    implied = implied or {}
     symbols = dict(symbols or {})
-    for i in sess.get_inputs():  # a named dim the weights fix has that size wherever it is
-        for axis, size_fixed in implied.get(i.name, {}).items():
-            d = (i.shape or [])[axis] if axis < len(i.shape or []) else None
-            if isinstance(d, str) and d:
-                symbols[d] = size_fixed
     for i in sess.get_inputs():
         for axis, d in enumerate(i.shape or []):
             if isinstance(d, str) and d and sum_terms(d) is None:
@@ -119,9 +111,7 @@ def _input_shapes(sess, given: Iterable[str], size: int, symbols: Optional[dict]
         if dtype is None:
             raise CheckUnavailable(f"input '{i.name}' has type {i.type}, which the check cannot generate "
                                    "(give inputs with --check-inputs FILE.npz)")
-        fixed = implied.get(i.name, {})
-        out[i.name] = (dtype, [d if isinstance(d, int) and d >= 0 else fixed[axis] if axis in fixed else
-                               symbols.get(d, batch if axis == 0 else size)
+        out[i.name] = (dtype, [d if isinstance(d, int) and d >= 0 else symbols.get(d, batch if axis == 0 else size)
                                for axis, d in enumerate(i.shape or [])])
     return out
 
@@ -164,8 +154,8 @@ class Reference:
     `session` takes); inputs are shaped as `shaped_by` declares them (a
     session, default the original's) and `inputs` (name -> array) replaces
     any of them. `required` outputs must all be in every candidate.
-    `implied` ({input: {axis: size}}, see weight_dims) gives the
-    dynamic dims the model's weights fix their sizes in every sample.
+    `implied` ({input: {axis: size}}, see weight_dims): dynamic dims the
+    model's weights fix, read as declared with those sizes.
 
     Generated inputs come in two samples where the model has dynamic dims:
     the first that the original runs on (small sizes), then the same with
@@ -185,7 +175,7 @@ class Reference:
                 raise CheckUnavailable(f"onnxruntime cannot run the original: {first_line(e)}") from e
         self._session = original
         self._names = {o.name for o in original.get_outputs()}
-        shaped_by = shaped_by or original
+        shaped_by = _FixedDims(shaped_by or original, implied or {})
         names = [i.name for i in shaped_by.get_inputs()]
         for name in inputs or {}:
             if name not in names:
@@ -194,17 +184,16 @@ class Reference:
         self.seed = None if inputs else seed
         self._steady = False  # whether the original was seen to give the same outputs twice
         given = set(inputs or {})
-        self._implied = implied or {}
-        grows = _grows(shaped_by, given, self._implied)
+        grows = _grows(shaped_by, given)
         self._sizes = CHECK_SIZES if grows else CHECK_SIZES[:1]
-        named = _named_dim_tries(shaped_by, given, self._implied) if grows else []
+        named = _named_dim_tries(shaped_by, given) if grows else []
         tries = [(size, None) for size in self._sizes] + named
         self._tried = "" if len(tries) == 1 else (f" (unknown dims {', '.join(map(str, self._sizes))} tried"
                                                   + (", and each named dim 2 with the others 1" if named else "") + ")")
         wanted = self.required or [o.name for o in original.get_outputs()]
         first_failure = None
         for size, symbols in tries:
-            feeds = random_inputs(shaped_by, seed, given=given, size=size, symbols=symbols, implied=self._implied)
+            feeds = random_inputs(shaped_by, seed, given=given, size=size, symbols=symbols)
             feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
             where = "given inputs" if inputs else f"seed {seed}" + (f", unknown dims {size}" if grows else "")
             if symbols and not inputs:
@@ -229,19 +218,18 @@ class Reference:
         symbols: dict = {}
         dynamic = False
         for i in shaped_by.get_inputs():
-            for _, d, n in _free_dims(i, first.feeds[i.name].shape, self._implied):
+            for d, n in zip(i.shape or [], first.feeds[i.name].shape):
                 if not (isinstance(d, int) and d >= 0):
                     dynamic = True
                     if isinstance(d, str) and d:
                         symbols[d] = 2 * n
         if not dynamic:
             return
-        shapes = _input_shapes(shaped_by, (), 2 * first.unknown_dims, symbols, 2, self._implied)
+        shapes = _input_shapes(shaped_by, (), 2 * first.unknown_dims, symbols, 2)
         if sum(np.prod(shape, dtype=np.float64) * np.dtype(t).itemsize for t, shape in shapes.values()) \
                 > SECOND_SAMPLE_BYTES:
             return
-        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols, batch=2,
-                              implied=self._implied)
+        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols, batch=2)
         sizes = ", ".join(f"{name} {value}" for name, value in symbols.items())
         sample = _Sample(feeds, f"seed {self.seed + 1}, dynamic dims doubled" + (f": {sizes}" if sizes else ""))
         try:
@@ -364,26 +352,38 @@ def narrow_eps(model) -> float:
     return max(eps, default=0.0)
 
 
-def _free_dims(i, sizes, implied: dict) -> list:
-    """(axis, declared dim, size) of input `i`'s dims the weights leave free."""
-    fixed = implied.get(i.name, {})
-    return [(axis, d, n) for axis, (d, n) in enumerate(zip(i.shape or [], sizes)) if axis not in fixed]
+class _FixedDims:
+    """A session's inputs as the check generates them: the dims the weights
+    fix (weight_dims) read as declared with those sizes."""
+
+    @dataclass
+    class Input:
+        name: str
+        type: str
+        shape: list
+
+    def __init__(self, sess, implied: dict):
+        declared = sess.get_inputs()
+        shapes = with_implied({i.name: list(i.shape or []) for i in declared}, implied)
+        self._inputs = [self.Input(i.name, i.type, shapes[i.name]) for i in declared]
+
+    def get_inputs(self) -> list:
+        return self._inputs
 
 
-def _named_dim_tries(sess, given: set, implied: dict) -> list:
+def _named_dim_tries(sess, given: set) -> list:
     """Tries for inputs whose named dims are related, one per named dim: it
     is 2, every other named dim 1. A decoder's attention mask covers the
     past and the new tokens: total = past + seq = 1 + 1. [(1, {name: size})]"""
-    names = list(dict.fromkeys(d for i in sess.get_inputs() if i.name not in given
-                               for _, d, _ in _free_dims(i, i.shape or [], implied) if isinstance(d, str) and d))
+    names = list(dict.fromkeys(d for i in sess.get_inputs() if i.name not in given for d in (i.shape or [])
+                               if isinstance(d, str) and d))
     return [(1, {n: 2 if n == total else 1 for n in names}) for total in names] if len(names) >= 3 else []
 
 
-def _grows(sess, given: set, implied: dict) -> bool:
-    """Whether some generated input has an unknown dim past its first axis
-    that the weights leave free."""
-    return any(axis > 0 and not (isinstance(d, int) and d >= 0) for i in sess.get_inputs() if i.name not in given
-               for axis, d, _ in _free_dims(i, i.shape or [], implied))
+def _grows(sess, given: set) -> bool:
+    """Whether some generated input has an unknown dim past its first axis."""
+    return any(not (isinstance(d, int) and d >= 0) for i in sess.get_inputs() if i.name not in given
+               for d in (i.shape or [])[1:])
 
 
 def _compare_outputs(names, want, got, rtol, atol, where, narrow_eps: float = 0.0) -> CheckResult:

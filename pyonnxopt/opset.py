@@ -173,8 +173,8 @@ def _keep_resize_modes(graph, resizes: list, label: str, version: int) -> None:
 
     if not resizes:
         return
-    for (_, n), (transform, nearest) in zip(_converted_in_place(graph, _RESIZES, "Resize", len(resizes), label, version),
-                                            resizes):
+    written = _converted_in_place(graph, _RESIZES, "Resize", len(resizes), label, version)
+    for (_, n), (transform, nearest) in zip(written, resizes):
         keep = [a for a in n.attribute if a.name not in ("coordinate_transformation_mode", "nearest_mode")]
         del n.attribute[:]
         n.attribute.extend(keep + [helper.make_attribute("coordinate_transformation_mode", transform)]

@@ -93,3 +93,17 @@ def weight_implied_dims(model: Model) -> Dict[str, Dict[int, int]]:
         if agreed:
             found[v.name] = agreed
     return found
+
+
+def with_implied(shapes: Dict[str, Optional[list]], implied: Dict[str, Dict[int, int]]) -> Dict[str, Optional[list]]:
+    """Declared input shapes ({name: dims, int | symbol | None}) with the
+    dims `implied` fixes written in as ints; a named one wherever any input
+    names it."""
+    named = {shape[axis]: size for name, shape in shapes.items() if shape
+             for axis, size in implied.get(name, {}).items() if axis < len(shape) and isinstance(shape[axis], str)}
+
+    def written(name: str, shape: list) -> list:
+        fixed = implied.get(name, {})
+        return [fixed.get(axis, named.get(d, d) if isinstance(d, str) else d) for axis, d in enumerate(shape)]
+
+    return {name: None if shape is None else written(name, shape) for name, shape in shapes.items()}

@@ -68,6 +68,20 @@ def _digest(value) -> bytes:
     return hashlib.blake2b(_bytes(value), digest_size=16).digest()
 
 
+def _held_apart(members: list, graph) -> bool:
+    """Whether (graph, value) pairs span two graphs or more, a body among
+    them: only then can one copy serve."""
+    return len({id(g) for g, _ in members}) > 1 and any(g != graph for g, _ in members)
+
+
+def _grouped(members: list, key) -> list:
+    """(graph, value) pairs grouped by key(value)."""
+    groups = defaultdict(list)
+    for g, v in members:
+        groups[key(v)].append((g, v))
+    return list(groups.values())
+
+
 class ShareBranchConstants(Pass):
     name = "share_branch_constants"
     description = "a constant several subgraphs hold alike (an If's branches) is held once by the graph around them"
@@ -89,22 +103,15 @@ class ShareBranchConstants(Pass):
                 if v is not None and v.graph == g and _shareable(v):
                     by_layout[(t.data_type, tuple(t.dims))].append((g, v))
         taken = None
-        for members in by_layout.values():
-            if len({id(g) for g, _ in members}) < 2 or all(g == graph for g, _ in members):
-                continue
-            by_sample = defaultdict(list)
-            for g, v in members:
-                by_sample[_sample(v)].append((g, v))
-            by_content = defaultdict(list)
-            for alike in by_sample.values():
-                if len({id(g) for g, _ in alike}) > 1 and any(g != graph for g, _ in alike):
-                    for g, v in alike:
-                        by_content[_digest(v)].append((g, v))
-            for alike in by_content.values():
+        # Cheap keys first: only tensors alike in layout, then in their ends, are read whole.
+        candidates = [m for m in by_layout.values() if _held_apart(m, graph)]
+        candidates = [m for ms in candidates for m in _grouped(ms, _sample) if _held_apart(m, graph)]
+        for members in candidates:
+            for alike in _grouped(members, _digest):
+                if not _held_apart(alike, graph):
+                    continue
                 inner = [(g, v) for g, v in alike if g != graph]
                 outer = next((v for g, v in alike if g == graph), None)
-                if not inner or (outer is None and len(inner) < 2):
-                    continue
                 if outer is None:  # one copy goes up
                     taken = taken if taken is not None else _names_below(graph)
                     t = inner[0][1].initializer

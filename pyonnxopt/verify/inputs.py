@@ -16,7 +16,7 @@ from pyonnxopt.errors import Error, ModelError, first_line
 from pyonnxopt.model import Model, load
 from pyonnxopt.verify.index_bounds import index_bounds
 from pyonnxopt.verify.samples import Sample, load_samples
-from pyonnxopt.weight_dims import weight_implied_dims
+from pyonnxopt.weight_dims import weight_implied_dims, with_implied
 
 __all__ = ["InputSpec", "input_specs", "random_feeds", "load_samples", "validate_feeds", "Sample", "describe"]
 
@@ -98,10 +98,11 @@ def _model_proto(source):
                          f"not an ONNX model: {first_line(e)}") from e
 
 
-def input_specs(model) -> List[InputSpec]:
+def input_specs(model, loaded: Optional[Model] = None) -> List[InputSpec]:
     """The graph's real inputs (path, bytes, onnx.ModelProto or pyonnxopt.Model),
     in graph order, with index bounds found by analysis (index_bounds.py)
-    and the dynamic dims the weights fix as ints (weight_dims.py)."""
+    and the dynamic dims the weights fix as ints (weight_dims.py; read from
+    `loaded`, the same model loaded, where the caller has it)."""
     from onnx import helper
 
     proto = _model_proto(model)
@@ -133,27 +134,20 @@ def input_specs(model) -> List[InputSpec]:
     bounds = index_bounds(proto, integer) if integer else {}
     for s in specs:
         s.high = bounds.get(s.name)
-    _fix_weight_implied_dims(specs, model)
+    _fix_weight_implied_dims(specs, loaded if loaded is not None else model)
     return specs
 
 
 def _fix_weight_implied_dims(specs: List[InputSpec], source) -> None:
     """Writes the dynamic dims the weights fix (an image's channels before a
-    Conv, see pyonnxopt.weight_dims) into the specs as ints, a named dim
-    wherever it appears."""
+    Conv, see pyonnxopt.weight_dims) into the specs as ints."""
     try:
         implied = weight_implied_dims(source if isinstance(source, Model) else load(source))
     except ModelError:  # the proto reads, our loader refuses it: the dims stay as declared
         return
-    symbols = {}
+    shapes = with_implied({s.name: s.shape for s in specs}, implied)
     for s in specs:
-        for axis, size in implied.get(s.name, {}).items():
-            if isinstance(s.shape[axis], str):
-                symbols[s.shape[axis]] = size
-            s.shape[axis] = size
-    for s in specs:
-        if s.shape:
-            s.shape = [symbols.get(d, d) if isinstance(d, str) else d for d in s.shape]
+        s.shape = shapes[s.name]
 
 
 def describe(spec: InputSpec) -> str:

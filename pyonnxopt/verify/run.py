@@ -127,7 +127,7 @@ def resolve_tolerances(overrides: Optional[dict]) -> dict:
 
 def _samples(a, b, inputs, seed, samples, batch_sizes, vocab_size, dims) -> tuple:
     """The feed dicts (one per sample and batch size) and the JSON "inputs" entry."""
-    specs = input_specs(a.path or a.read_bytes())
+    specs = input_specs(a.path or a.read_bytes(), a.model)
     if inputs is None:
         batch_sizes = batch_sizes or [None]
         feeds = [random_feeds(specs, seed=seed + s, batch_size=bs, vocab_size=vocab_size, dims=dims)

@@ -104,7 +104,6 @@ from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match, reshape_attrs
 from pyonnxopt.fusion.targets import MS_DOMAIN, dtype_reason, import_ms_domain, opset_reason
 from pyonnxopt.fusion.values import constant_ints, dims, same_dim, scalar_of
-from pyonnxopt.model import Value
 from pyonnxopt.symbolic_shapes import broadcast
 
 SPLIT = [0, 2, 1, 3]  # [B, S, H, D] <-> [B, H, S, D]
@@ -309,9 +308,8 @@ class FuseAttention(Rule):
             slots = 6 if op == "MultiHeadAttention" else 4  # the past after bias, key_padding_mask, attention_bias
             inputs += [None] * (slots - len(inputs)) + [m["past_k"], m["past_v"]]
             last, present_k, present_v = edit.node(op, inputs, attrs, domain=domain, outputs=3)
-            upstream = _ancestors(inputs)
-            for concat, present in ((m["k_present"], present_k), (m["v_present"], present_v)):
-                _take_over_downstream(edit, concat.outputs[0], present, upstream)
+            _take_over_presents(edit, [(m["k_present"].outputs[0], present_k), (m["v_present"].outputs[0], present_v)],
+                                inputs, set(m.nodes))
             if domain == MS_DOMAIN:
                 _state_output_type(m, edit, last, b, s, h)
 
@@ -595,13 +593,18 @@ def _owners(n) -> list:
     return chain
 
 
-def _take_over_downstream(edit: Edit, old: Value, new: Value, upstream: set) -> None:
-    """The op's present keys (or values) stand in for the cache Concat's,
-    except for readers the op itself depends on: GPT-2's causal mask is cut
-    to `Shape(present)`, and that reader keeps the Concat (else a cycle)."""
-    keep = [(n, i) for n, i in old.uses if any(o in upstream for o in _owners(n))]
-    edit.replace_value(old, new)
-    for n, i in keep:
+def _take_over_presents(edit: Edit, presents: list, inputs: list, matched: set) -> None:
+    """The op's present keys and values (new) stand in for the cache
+    Concats' (old), except for readers the op itself depends on: GPT-2's
+    causal mask is cut to `Shape(present)`, and that reader keeps the Concat
+    (else a cycle). Only readers outside the match can be such; the op's
+    ancestors are walked only when there are some."""
+    outside = [(old, n, i) for old, _ in presents for n, i in old.uses if n not in matched]
+    upstream = _ancestors(inputs) if outside else set()
+    keep = [(old, n, i) for old, n, i in outside if any(o in upstream for o in _owners(n))]
+    for old, new in presents:
+        edit.replace_value(old, new)
+    for old, n, i in keep:
         n.graph.set_input(n, i, old)
 
 
