@@ -16,6 +16,7 @@ from pyonnxopt.fusion.rules.fuse_gemm_batchnorm import FuseGemmBatchnorm
 from pyonnxopt.fusion.rules.fuse_hard_swish import FuseHardSwish
 from pyonnxopt.fusion.rules.fuse_layer_normalization import FuseLayerNormalization
 from pyonnxopt.fusion.rules.fuse_matmul_add_into_gemm import FuseMatmulAddIntoGemm
+from pyonnxopt.fusion.rules.fuse_matmul_scale import FuseMatmulScale
 from pyonnxopt.fusion.rules.fuse_partial_rotary import FusePartialRotary
 from pyonnxopt.fusion.rules.fuse_pad_into_conv import FusePadIntoConv
 from pyonnxopt.fusion.rules.fuse_quick_gelu import FuseQuickGelu
@@ -41,6 +42,7 @@ BUILTIN_RULES: list = [
     FuseBiasGelu(),
     FuseQuickGelu(),
     FuseConvInputScale(),  # takes a Mul an activation's pattern may end in: after them, and after_fusions
+    FuseMatmulScale(),  # takes the Mul Attention's pattern reads its scale from: after_fusions
     CancelReshapesAroundAdd(),  # Swin's shifted-window mask, so that its attention fuses
     FuseAttention(),
     FusePartialRotary(),  # Phi's partial rotary: one RotaryEmbedding, for the next

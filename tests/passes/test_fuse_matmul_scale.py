@@ -1,0 +1,132 @@
+"""fuse_matmul_scale: a constant scale of a MatMul/Gemm product, also
+after Reshapes and Transposes, goes into the weight (bias; Gemm: alpha and
+beta). Numbers: onnxruntime, original against fused, rtol = atol = 1e-5 in
+float32."""
+
+import numpy as np
+import pytest
+
+from fusion_helpers import assert_same_outputs, fused_by, near_misses, rng_weights, run_rule, with_weights
+from helpers import ops
+
+RULE = "fuse_matmul_scale"
+
+HEADS = """g (float[2,5,8] x) => (float[2,2,5,4] y) {
+    p = MatMul(x, w)
+    h = Reshape(p, shape)
+    t = Transpose <perm = [0, 2, 1, 3]> (h)
+    y = SCALE
+}"""
+
+
+def heads(scale: str, dtype=np.float32):
+    text = HEADS.replace("SCALE", scale).replace("float", {np.float32: "float", np.float16: "float16"}[dtype])
+    return with_weights(text,
+                        **rng_weights(w=(8, 8), dtype=dtype), k=np.array(0.3535534, dtype),
+                        shape=np.array([2, 5, 2, 4], np.int64))
+
+
+@pytest.mark.parametrize("scale", ["Mul(t, k)", "Mul(k, t)", "Div(t, k)"])
+def test_a_scale_after_the_head_split_goes_into_the_weight(scale):
+    proto = heads(scale)
+    m, _ = fused_by(RULE, proto)
+    assert ops(m) == ["MatMul", "Reshape", "Transpose"]
+    matmul = m.graph.nodes[0]
+    assert matmul.inputs[0].name == "x" and matmul.inputs[1].name != "w"
+    assert [v.name for v in m.graph.outputs] == ["y"]
+
+
+def test_the_bias_is_scaled_with_the_weight():
+    proto = with_weights("""g (float[2,5,8] x) => (float[2,8,5] y) {
+        p = MatMul(x, w)
+        q = Add(b, p)
+        t = Transpose <perm = [0, 2, 1]> (q)
+        y = Mul(t, k)
+    }""", **rng_weights(w=(8, 8), b=(8,), k=()))
+    m, _ = fused_by(RULE, proto)
+    assert ops(m) == ["MatMul", "Add", "Transpose"]
+    assert {v.name for n in m.graph.nodes for v in n.inputs} >= {"x"}
+    assert not {"w", "b", "k"} & {v.name for n in m.graph.nodes for v in n.inputs}
+
+
+def test_a_gemm_takes_the_scale_in_alpha_and_beta():
+    proto = with_weights("""g (float[6,8] a, float[8,4] bm) => (float[2,3,4] y) {
+        p = Gemm <alpha = 2.0, beta = 0.5> (a, bm, c)
+        r = Reshape(p, shape)
+        y = Div(r, k)
+    }""", **rng_weights(c=(4,)), k=np.array(4.0, np.float32), shape=np.array([2, 3, 4], np.int64))
+    m, _ = fused_by(RULE, proto)
+    gemm = m.graph.nodes[0]
+    assert ops(m) == ["Gemm", "Reshape"] and gemm.inputs[1].name == "bm" and gemm.inputs[2].name == "c"
+    assert gemm.attributes["alpha"] == pytest.approx(0.5) and gemm.attributes["beta"] == pytest.approx(0.125)
+
+
+def test_one_scale_per_column_straight_after_the_matmul():
+    proto = with_weights("""g (float[2,5,8] x) => (float[2,5,6] y) {
+        p = MatMul(x, w)
+        y = Mul(p, k)
+    }""", **rng_weights(w=(8, 6), k=(1, 1, 6)))
+    m, _ = fused_by(RULE, proto)
+    assert ops(m) == ["MatMul"]
+
+
+def test_one_scale_per_column_after_a_transpose_is_refused():
+    proto = with_weights("""g (float[2,5,8] x) => (float[2,8,5] y) {
+        p = MatMul(x, w)
+        t = Transpose <perm = [0, 2, 1]> (p)
+        y = Mul(t, k)
+    }""", **rng_weights(w=(8, 8), k=(5,)))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified
+    assert near_misses(r) == ["the constant's shape [5] is not one number (or one per output column) "
+                              "after a Reshape or Transpose"]
+
+
+def test_a_product_read_elsewhere_is_left_alone():
+    proto = with_weights("""g (float[2,5,8] x) => (float[2,8,5] y, float[2,5,8] p) {
+        p = MatMul(x, w)
+        t = Transpose <perm = [0, 2, 1]> (p)
+        y = Mul(t, k)
+    }""", **rng_weights(w=(8, 8), k=()))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified and ops(m) == ["MatMul", "Transpose", "Mul"]
+
+
+@pytest.mark.parametrize("op, value, why", [
+    ("Div", 0.0, "'k' has a 0: the Div is not a scale"),
+    ("Mul", np.inf, "'k' is not finite"),
+])
+def test_a_constant_that_is_no_scale_is_refused(op, value, why):
+    proto = with_weights(f"""g (float[2,5,8] x) => (float[2,5,8] y) {{
+        p = MatMul(x, w)
+        y = {op}(p, k)
+    }}""", **rng_weights(w=(8, 8)), k=np.array(value, np.float32))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified and near_misses(r) == [why]
+
+
+def test_a_constant_with_more_axes_than_the_value_is_refused():
+    proto = with_weights("""g (float[5,8] x) => (float[1,5,8] y) {
+        p = MatMul(x, w)
+        y = Mul(p, k)
+    }""", **rng_weights(w=(8, 8), k=(1, 1, 1)))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified and "has more axes than the scaled value's (2)" in near_misses(r)[0]
+
+
+def test_a_float16_weight_that_would_overflow_is_left_alone():
+    weights = rng_weights(w=(8, 8), dtype=np.float16)
+    weights["w"][0, 0] = 60000
+    proto = with_weights("""g (float16[2,8] x) => (float16[2,8] y) {
+        p = MatMul(x, w)
+        y = Mul(p, k)
+    }""", **weights, k=np.array(4, np.float16))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified and near_misses(r) == ["'w': scaling overflows its element type"]
+
+
+def test_float16_numbers():
+    proto = heads("Mul(t, k)", np.float16)
+    m, r = run_rule(RULE, proto)
+    assert r.modified
+    assert_same_outputs(proto, m, rtol=2e-3, atol=2e-3)
