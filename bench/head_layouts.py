@@ -10,6 +10,9 @@ default. Why optimize_transposes leaves BERT's four Transposes per layer
                [h, d, H] times xᵀ; two Transposes a layer instead of four.
   packed_qkv   one Gemm by the three weights side by side, one Transpose of
                [B, S, 3, h, d], a Gather per head tensor, and Kᵀ: three.
+  einsum       no Transpose: the scores as Einsum("bshd,bthd->bhst") of the
+               split heads, the context as Einsum("bhst,bthd->bshd"), which
+               the merge Reshape takes as it is.
 
 Each model chains L BERT-base attention blocks (with the residual Add, so
 that no two blocks compute the same thing); the ratio is the median of the
@@ -92,7 +95,25 @@ def _packed_qkv(p: str, x: str) -> tuple:
     return nodes + tail, {**inits, **more}
 
 
-LAYOUTS = {"exported": _exported, "head_major": _head_major, "packed_qkv": _packed_qkv}
+def _einsum(p: str, x: str) -> tuple:
+    nodes, inits = [], {}
+    for k in "qkv":
+        inits.update({p + "W" + k: WEIGHTS[k], p + "b" + k: BIASES[k]})
+        nodes += [helper.make_node("MatMul", [x, p + "W" + k], [p + k + "m"]),
+                  helper.make_node("Add", [p + k + "m", p + "b" + k], [p + k + "a"]),
+                  helper.make_node("Reshape", [p + k + "a", "split"], [p + k])]
+    nodes += [helper.make_node("Einsum", [p + "q", p + "k"], [p + "s"], equation="bshd,bthd->bhst"),
+              helper.make_node("Mul", [p + "s", "scale"], [p + "ss"]),
+              helper.make_node("Softmax", [p + "ss"], [p + "p"], axis=-1),
+              helper.make_node("Einsum", [p + "p", p + "v"], [p + "c"], equation="bhst,bthd->bshd"),
+              helper.make_node("Reshape", [p + "c", "merge"], [p + "cm"]),
+              helper.make_node("MatMul", [p + "cm", p + "Wo"], [p + "om"]),
+              helper.make_node("Add", [p + "om", p + "bo"], [p + "o"]),
+              helper.make_node("Add", [p + "o", x], [p + "y"])]
+    return nodes, {**inits, p + "Wo": WEIGHTS["o"], p + "bo": BIASES["o"]}
+
+
+LAYOUTS = {"exported": _exported, "head_major": _head_major, "packed_qkv": _packed_qkv, "einsum": _einsum}
 CONSTANTS = {"split": np.array([B, S, HEADS, D], np.int64), "x4": np.array([B, 1, S, H], np.int64),
              "rows": np.array([B * S, H], np.int64), "split5": np.array([B, S, 3, HEADS, D], np.int64),
              **{f"i{i}": np.array(i, np.int64) for i in range(3)}}
