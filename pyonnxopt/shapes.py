@@ -97,6 +97,7 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         _stand_in_for_onnxruntime_ops(proto.graph)
         kept = _forget_generated(proto.graph)
         renamed = _name_subgraph_values_apart(proto.graph)
+        _forget_branch_output_shapes(proto.graph)
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
                                                      data_prop=not _huge_input(proto.graph))
         _rename_generated(inferred.graph, kept)
@@ -204,6 +205,22 @@ def _rename(body, names: dict) -> None:
         m.output[:] = [names.get(x, x) for x in m.output]
 
 
+def _forget_branch_output_shapes(graph) -> None:
+    """In the copy, an If branch's outputs keep their element types and lose
+    their declared shapes, so that inference gives the shapes the branch
+    computes. optimum's merged decoders declare both branches' present keys
+    `past_sequence_length + sequence_length` long; the branch without a
+    cache computes them `sequence_length` long (its past is empty), and the
+    mask that branch cuts to the keys' length must read that length."""
+    for n in graph.node:
+        for body in bodies(n):
+            if n.op_type == "If" and n.domain in ("", "ai.onnx"):
+                for o in body.output:
+                    if o.type.HasField("tensor_type"):
+                        o.type.tensor_type.ClearField("shape")
+            _forget_branch_output_shapes(body)
+
+
 def _restore_subgraph_names(graph, renamed: dict) -> None:
     """Undoes `_name_subgraph_values_apart` in the inferred copy."""
     if not renamed:
@@ -296,10 +313,11 @@ def _all_dims(graph):
                 yield from vi.type.tensor_type.shape.dim
 
 
-def _merged(type_proto, value, aliases: Mapping) -> None:
+def _merged(type_proto, value, aliases: Mapping, computed: bool = False) -> None:
     """Where the inferred type says less of a dim than the value does, or
     the same but by another name, the value's dim goes back into it, unless
-    the new name is `_renamed`'s better one."""
+    the new name is `_renamed`'s better one, or the inference `computed` it
+    (an If branch's output: the name of what the branch computes wins)."""
     t = value.type
     if t.get("kind") != "tensor" or t.get("shape") is None or not type_proto.HasField("tensor_type"):
         return
@@ -310,23 +328,37 @@ def _merged(type_proto, value, aliases: Mapping) -> None:
         new = d.dim_value if d.HasField("dim_value") else d.dim_param
         if old is None or old == "" or _dim_score(old) < _dim_score(new) or _renamed(old, new, aliases):
             continue
+        if computed and _dim_score(new) == _dim_score(old) == 2:
+            continue
         if isinstance(old, int):
             d.dim_value = old
         else:
             d.dim_param = old
 
 
-def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping) -> int:
+def _shape_list(type_proto) -> Optional[list]:
+    """A tensor TypeProto's dims as the IR lists them (None: no shape)."""
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in type_proto.tensor_type.shape.dim]
+
+
+def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bool = False) -> int:
+    """Writes the inferred types of `pg` (the copy) into `g`; `branch`: g is
+    an If branch, whose outputs take the shapes it computes."""
     typed = 0
-    entries = list(pg.value_info) + (list(pg.output) if update_outputs else [])
+    entries = list(pg.value_info) + (list(pg.output) if update_outputs or branch else [])
     for vi in entries:
         v = g.value(vi.name)
         if v is None or v.graph != g or v.is_graph_input or not vi.HasField("type"):
             continue
-        if v.is_graph_output and not update_outputs:
+        if v.is_graph_output and not update_outputs and not branch:
             continue
-        _merged(vi.type, v, aliases)
-        if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _renames(vi.type, v, aliases):
+        computed = branch and v.is_graph_output and v.producer is not None
+        before = v.type.get("shape")
+        _merged(vi.type, v, aliases, computed)
+        if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _renames(vi.type, v, aliases) \
+                or (computed and _shape_list(vi.type) != before):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1
     # Subgraphs: nodes correspond one to one, in order; bodies by attribute
@@ -343,7 +375,7 @@ def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping) -> int:
             pairs = [(a.g, ours)] if a.HasField("g") else zip(a.graphs, ours if isinstance(ours, list) else [])
             for pbody, body in pairs:
                 if isinstance(body, Graph):
-                    typed += _write_back(pbody, body, False, {})
+                    typed += _write_back(pbody, body, False, {}, branch=n.op_type == "If" and not n.domain)
     return typed
 
 

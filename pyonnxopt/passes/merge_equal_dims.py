@@ -16,8 +16,10 @@ size, as the other passes read it).
 
 Refused (the value stays): an entry onnx's inference left as a generated
 `unk__` name or unknown; all entries ints (fold_constants' job); a value that
-is a graph output; a pinned producer; subgraphs and function bodies (a value
-must be merged within its own graph)."""
+is a graph output; a pinned producer; function bodies (their dims are the
+caller's). A subgraph's values merge within it (an If branch of optimum's
+merged decoders reads the sequence length from input_ids, the mask and the
+positions), never with another graph's."""
 
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ class MergeEqualDims(Pass):
     def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
         stats = {"nodes_removed": 0, "rewrites": [], "refused": []}
         for g in model._core.all_graphs():
-            if g.is_function_body or g.parent is not None:
+            if g.is_function_body:
                 continue
             first = {}
             for n in g.topological_order():

@@ -63,3 +63,19 @@ def test_what_follows_a_group_normalization_keeps_its_type():
     }""", 21))
     for name in ("g", "r"):
         assert m.graph.value(name).type.get("elem_type") == 1 and m.graph.value(name).type["shape"] == ["N", 8, 4, 4]
+
+
+def test_an_if_branch_output_takes_the_shape_it_computes():
+    # optimum's merged decoders declare both branches' present keys past + seq long; the branch
+    # without a cache computes seq (its past is empty), and its mask is cut to that length.
+    m, _ = run_pass("infer_shapes", parse("""g (float[B,S,8] x, float[B,P,8] past, bool c) => (float[B,"P + S",8] y) {
+        y = If (c) <then_branch = t () => (float[B,"P + S",8] ty) {
+            ty = Concat <axis = 1> (past, x)
+        }, else_branch = e () => (float[B,"P + S",8] ey) {
+            ey = Relu(x)
+        }>
+    }"""))
+    then, other = m.graph.nodes[0].subgraphs
+    assert other.outputs[0].type["shape"] == ["B", "S", 8]
+    assert then.outputs[0].type["shape"] == ["B", "P + S", 8]  # what it computes has no better name
+    assert m.graph.outputs[0].type["shape"] == ["B", "P + S", 8]

@@ -115,3 +115,36 @@ def test_second_run_changes_nothing_and_pipeline_keeps_outputs():
     again = get("merge_equal_dims").run(m)
     assert not again.modified
     assert [n.op_type for n in m.graph.nodes].count("Range") == 1
+
+
+BRANCHES = """g (float[B,S,4] x, int64[B,S] mask, bool c) => (int64[S] y) {
+    y = If (c) <then_branch = t () => (int64[S] ty) {
+        one = Constant <value = int64 {1}> ()
+        zero = Constant <value = int64 {0}> ()
+        sx = Shape(x)
+        a = Gather(sx, one)
+        sm = Shape(mask)
+        b = Gather(sm, one)
+        ra = Range(zero, a, one)
+        rb = Range(zero, b, one)
+        ty = Add(ra, rb)
+    }, else_branch = e () => (int64[S] ey) {
+        one = Constant <value = int64 {1}> ()
+        zero = Constant <value = int64 {0}> ()
+        sm = Shape(mask)
+        b = Gather(sm, one)
+        ey = Range(zero, b, one)
+    }>
+}"""
+
+
+def test_the_same_dims_merge_inside_a_branch_never_across():
+    m, r = merge(BRANCHES)
+    # optimum's merged decoders: each branch reads the sequence length from input_ids and the mask
+    assert r.modified and len(r.stats["rewrites"]) == 1
+    then, other = (a.g for a in m.to_onnx().graph.node[0].attribute)
+    assert [n.op_type for n in then.node].count("Shape") == 1 and [n.op_type for n in then.node].count("Range") == 1
+    assert [n.op_type for n in other.node].count("Shape") == 1  # the else branch keeps its own
+    for c in (True, False):
+        feeds = {"x": np.zeros((2, 5, 4), np.float32), "mask": np.ones((2, 5), np.int64), "c": np.array(c)}
+        assert np.array_equal(outputs(parse(BRANCHES), feeds)[0], outputs(m, feeds)[0])
