@@ -52,6 +52,8 @@ class FuseMatmulScale(Rule):
     description = "a constant scale of a MatMul/Gemm product, through Reshapes and Transposes -> its weight (bias)"
     after_fusions = True  # Attention (and --target ort's ops) take their scale from the Mul first
     min_opset = 7  # Mul and Add broadcast by attribute before
+    # Every Mul and Div starts the pattern: one that reads no MatMul is no "almost".
+    pattern_near_misses = False
 
     def pattern(self, opset: int) -> list:
         products = [
