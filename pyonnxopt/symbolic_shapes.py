@@ -386,6 +386,7 @@ class _Walk:
         for h, m in zip(have, mine):
             if _generated(h) and isinstance(m, (Product, Linear)):
                 m = self.generated_names.setdefault(m, h)
+            h, m = self.linked(h), self.linked(m)  # an earlier pair may have linked either: roots only, no cycle
             if _generated(h) and _generated(m) and h != m:
                 self.links[h] = m  # one dim: onnx named it twice
         for h, m in zip(have, mine):

@@ -697,3 +697,13 @@ def test_windows_of_generated_names_a_graph_input_declares():
     }""".replace("{...}", "{" + ",".join(["0.1"] * 576) + "}", 1).replace("{...}", "{" + ",".join(["0.1"] * 64) + "}"))
     a, b = shape_of(m, "a"), shape_of(m, "b")
     assert a == b == ["unk__1", 8, "floor((unk__2-1)/2)+1", "floor((unk__3-1)/2)+1"]
+
+
+def test_generated_names_linked_both_ways_make_no_cycle():
+    # An If branch's outputs, inferred afresh, can name a value's two dims the
+    # other way round (optimum's merged GPT-2): linking unk__1 -> unk__2 and then
+    # unk__2 -> unk__1 looped forever.
+    walk = symbolic_shapes._Walk(onnx.helper.make_graph([], "g", [], []))
+    walk.dims["v"] = ["unk__1", "unk__2"]
+    walk._merge("v", ["unk__2", "unk__1"], {})
+    assert walk.linked("unk__1") == walk.linked("unk__2")

@@ -130,3 +130,74 @@ def test_float16_numbers():
     m, r = run_rule(RULE, proto)
     assert r.modified
     assert_same_outputs(proto, m, rtol=2e-3, atol=2e-3)
+
+
+PACKED = """g (float[6,8] x) => (float[2,2,3,4] y, float[2,3,8] kk, float[2,3,8] vv) {
+    p = Gemm <transB = TRANSB> (x, w, c)
+    r = Reshape(p, rows)
+    q, kk, vv = Split <axis = AXIS> (r, sizes)
+    h = Reshape(q, heads)
+    t = Transpose <perm = [0, 2, 1, 3]> (h)
+    y = Mul(t, k)
+}"""
+
+
+def packed(transb=0, axis=2, rows=(2, 3, 24), sizes=(8, 8, 8)):
+    text = PACKED.replace("TRANSB", str(transb)).replace("AXIS", str(axis))
+    return with_weights(text, **rng_weights(w=(24, 8) if transb else (8, 24), c=(24,)), k=np.array(0.5, np.float32),
+                        rows=np.array(rows, np.int64), sizes=np.array(sizes, np.int64),
+                        heads=np.array([2, 3, 2, 4], np.int64))
+
+
+@pytest.mark.parametrize("transb", [0, 1])
+def test_a_part_of_a_packed_projection_scales_its_columns_only(transb):
+    # GPT-2's c_attn: q, k and v side by side, cut by a Split; only q is scaled
+    m, _ = fused_by(RULE, packed(transb))
+    assert ops(m) == ["Gemm", "Reshape", "Split", "Reshape", "Transpose"]
+    gemm = m.graph.nodes[0]
+    assert gemm.inputs[1].name != "w" and gemm.inputs[2].name != "c" and gemm.attributes.get("transB", 0) == transb
+
+
+def test_the_key_part_of_a_matmul_and_bias_split_in_equal_parts():
+    proto = with_weights("""g (float[2,3,8] x) => (float[2,3,8] q, float[2,8,3] y, float[2,3,8] v) {
+        p = MatMul(x, w)
+        a = Add(p, b)
+        q, kp, v = Split <axis = -1> (a)
+        y = Transpose <perm = [0, 2, 1]> (kp)
+        z = Div(y, k)
+    }""".replace("float[2,8,3] y", "float[2,8,3] z"), **rng_weights(w=(8, 24), b=(24,)), k=np.array(8.0, np.float32))
+    m, _ = fused_by(RULE, proto)
+    assert ops(m) == ["MatMul", "Add", "Split", "Transpose"]
+
+
+def test_a_split_along_another_axis_is_refused():
+    m, r = run_rule(RULE, packed(axis=1, sizes=(1, 1, 1)), valid=False)
+    assert not r.modified and near_misses(r) == ["the Split is along axis 1, not the product's columns"]
+
+
+def test_a_split_of_regrouped_columns_is_refused():
+    # [6, 24] -> [2, 3, 2, 12]: the Split cuts each half of the columns, not q, k and v
+    proto = with_weights("""g (float[6,8] x) => (float[2,3,2,4] y, float[2,3,2,4] kk, float[2,3,2,4] vv) {
+        p = Gemm(x, w, c)
+        r = Reshape(p, rows)
+        q, kk, vv = Split <axis = 3> (r, sizes)
+        y = Mul(q, k)
+    }""", **rng_weights(w=(8, 24), c=(24,)), k=np.array(0.5, np.float32), rows=np.array([2, 3, 2, 12], np.int64),
+        sizes=np.array([4, 4, 4], np.int64))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified
+    assert near_misses(r) == ["the Split's input does not hold the product's columns on its last axis"]
+
+
+@pytest.mark.parametrize("q_elsewhere", ["output", "reader"])
+def test_a_part_read_elsewhere_is_left_alone(q_elsewhere):
+    extra = ", float[2,3,8] q" if q_elsewhere == "output" else ", float[2,3,8] q2"
+    body = "" if q_elsewhere == "output" else "q2 = Neg(q)"
+    proto = with_weights(f"""g (float[2,3,8] x) => (float[2,3,8] y, float[2,3,8] kk, float[2,3,8] vv{extra}) {{
+        p = MatMul(x, w)
+        q, kk, vv = Split <axis = 2> (p)
+        y = Mul(q, k)
+        {body}
+    }}""", **rng_weights(w=(8, 24)), k=np.array(0.5, np.float32))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified and near_misses(r) == ["the Split's part has another reader or is a graph output"]

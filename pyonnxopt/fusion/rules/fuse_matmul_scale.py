@@ -14,6 +14,14 @@ MatMul -> Reshape -> Transpose -> Mul): two elementwise passes per layer
 that the projections' weights take at no cost. Without T, k may also be
 one number per output column (W's columns, the product's last axis).
 
+A packed projection (GPT-2's c_attn: q, k and v side by side) is cut by a
+Split along its columns, directly or after a Reshape that keeps them as
+the last axis, before the head split; one part's scale goes into that
+part's columns only (the other parts read the same values as before):
+
+    y = Mul(T(Split(P)[i]), k)  ->  y = T(Split(P')[i]),  P' = P with the
+                                     columns of part i scaled by k
+
 It runs once no other fusion fires: Attention and the --target ort ops read
 their scale from such a Mul. A GELU's final * 0.5 is left alone: its Mul
 reads the GELU's product, not the MatMul's, and onnxruntime fuses the GELU
@@ -28,7 +36,11 @@ Refuses when:
     axes than the value it scales (the broadcast would change its shape);
  4. k is not finite, or a Div's k is 0;
  5. the scaled weight or bias overflows or flushes a non-zero element to 0
-    in its element type.
+    in its element type;
+ 6. after a Split: the part has another reader or is a graph output; the
+    Split is not along the product's columns, or a Reshape before it
+    regroups them; its sizes are not constant; a Gemm's B or C is not a
+    constant, or its C does not broadcast along the columns.
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ from pyonnxopt.fusion.rules._channels import attribute, type_refusal
 # Ops that only move or relabel elements: a scale by one number commutes with them.
 MOVERS = "Reshape|Transpose|Flatten|Squeeze|Unsqueeze"
 MAX_MOVERS = 3
+MAX_PARTS = 3  # a packed projection's q, k and v
 
 
 class FuseMatmulScale(Rule):
@@ -63,16 +76,20 @@ class FuseMatmulScale(Rule):
         ]
         variants = []
         for product in products:
-            moved = product
-            for i in range(MAX_MOVERS + 1):
-                variants.append(Op("Mul", moved, Const("k"), name="scale", commutative=True))
-                variants.append(Op("Div", moved, Const("k"), name="scale"))
-                moved = Op(MOVERS, moved, Var(f"how{i}", optional=True), name=f"move{i}")
+            variants += _scales(product)
+        # A part of a packed projection: Split [after a Reshape] along the columns.
+        packed = [products[0], products[1],
+                  Op("Gemm", Var("a"), Const("w"), Const("c", optional=True), name="product")]
+        for product in packed:
+            for source in (product, Op("Reshape", product, Var("regroup_shape"), name="regroup")):
+                for i in range(MAX_PARTS):
+                    part = Op("Split", source, Var("sizes", optional=True), name="part", output=i, exclusive=False)
+                    variants += _scales(part)
         return variants
 
     def check(self, m: Match) -> Optional[str]:
         gemm = m["product"].op_type == "Gemm"
-        dtype = m.dtype("bmat" if gemm else "w")
+        dtype = m.dtype("bmat" if "bmat" in m else "w")
         why = type_refusal(dtype)
         if why:
             return why
@@ -83,38 +100,121 @@ class FuseMatmulScale(Rule):
             return f"'{m['k'].name}' is not finite"
         if m.root.op_type == "Div" and np.any(k == 0):
             return f"'{m['k'].name}' has a 0: the Div is not a scale"
+        if "part" in m:
+            part = _part_columns(m)
+            if isinstance(part, str):
+                return part
+            if k.size != 1:
+                return f"the constant's shape {list(k.shape)} is not one number after a Split"
         return _shape_refusal(m, k, gemm)
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         product = m["product"]
         k = np.asarray(m.array("k"), np.float64)
         k = 1.0 / k if m.root.op_type == "Div" else k
-        if product.op_type == "Gemm":
-            k = float(k.reshape(-1)[0])
+        if "part" in m:  # only the part's columns
+            start, size, columns = _part_columns(m)
+            k = np.concatenate([np.ones(start), np.full(size, k.reshape(-1)[0]), np.ones(columns - start - size)])
+        if "bmat" in m:  # a Gemm by any B: one number goes into alpha and beta
             new = edit.node("Gemm", [m["a"], m["bmat"], m["c"]], hint=product.name or "gemm_scaled", before=product)
+            scale = float(k.reshape(-1)[0])
             edit.added[-1].copy_attributes(product)
-            edit.added[-1].set_attribute("alpha", float(attribute(product, "alpha", 1.0)) * k)
+            edit.added[-1].set_attribute("alpha", float(attribute(product, "alpha", 1.0)) * scale)
             if m["c"] is not None:
-                edit.added[-1].set_attribute("beta", float(attribute(product, "beta", 1.0)) * k)
+                edit.added[-1].set_attribute("beta", float(attribute(product, "beta", 1.0)) * scale)
             old = product.outputs[0]
         else:
-            w = m.array("w")
-            scaled_w = _scaled(w, k)
-            if isinstance(scaled_w, str):
-                return f"'{m['w'].name}': {scaled_w}"
-            inputs = [m["x"], edit.constant(scaled_w, f"{m['w'].name}_scaled")]
-            if "bias" in m:
-                scaled_b = _scaled(m.array("b"), k)
-                if isinstance(scaled_b, str):
-                    return f"'{m['b'].name}': {scaled_b}"
-            new = edit.node("MatMul", inputs, hint=product.name or "matmul_scaled", before=product)
-            old = product.outputs[0]
-            if "bias" in m:
-                b = edit.constant(scaled_b, f"{m['b'].name}_scaled")
-                new = edit.node("Add", [new[0], b], hint=m["bias"].name or "bias_scaled", before=product)
-                old = m["bias"].outputs[0]
+            made = _scaled_product(m, edit, k)
+            if isinstance(made, str):
+                return made
+            new, old = made
         edit.replace_value(old, new[0])
         return edit.bypass_root(_scaled_value(m))
+
+
+def _scaled_product(m: Match, edit: Edit, k: np.ndarray):
+    """(new outputs, old value): the product remade with its constant weight
+    (and bias: the Add's, or a Gemm's C) scaled by k along its columns; or
+    why not, having changed nothing."""
+    product = m["product"]
+    transposed = product.op_type == "Gemm" and attribute(product, "transB", 0)
+    scaled = {"w": _scaled(m.array("w"), k, axis=0 if transposed else -1)}
+    bias = "b" if "bias" in m else "c" if "c" in m and m["c"] is not None else None
+    if bias is not None:
+        scaled[bias] = _scaled(m.array(bias), k)
+    for name, array in scaled.items():
+        if isinstance(array, str):
+            return f"'{m[name].name}': {array}"
+    made = {name: edit.constant(array, f"{m[name].name}_scaled") for name, array in scaled.items()}
+    hint = product.name or "scaled"
+    if product.op_type == "Gemm":  # a packed projection's
+        new = edit.node("Gemm", [m["a"], made["w"], made.get("c")], hint=hint, before=product)
+        edit.added[-1].copy_attributes(product)
+        return new, product.outputs[0]
+    new = edit.node("MatMul", [m["x"], made["w"]], hint=hint, before=product)
+    if "bias" not in m:
+        return new, product.outputs[0]
+    return edit.node("Add", [new[0], made["b"]], hint=m["bias"].name or hint, before=product), m["bias"].outputs[0]
+
+
+def _scales(value: Op) -> list:
+    """Mul and Div of `value` by a constant, after 0 to MAX_MOVERS movers."""
+    variants = []
+    for i in range(MAX_MOVERS + 1):
+        variants.append(Op("Mul", value, Const("k"), name="scale", commutative=True))
+        variants.append(Op("Div", value, Const("k"), name="scale"))
+        value = Op(MOVERS, value, Var(f"how{i}", optional=True), name=f"move{i}")
+    return variants
+
+
+def _part_columns(m: Match):
+    """(start, size, columns): the product's columns that the matched Split
+    output holds, or why they are not known to be a block of them."""
+    part, product = m["part"], m["product"]
+    reader = m["move0"] if "move0" in m else m.root
+    read = {v.name for v in reader.inputs if v is not None}
+    index = next(i for i, v in enumerate(part.outputs) if v is not None and v.name in read)
+    if len(part.outputs[index].uses) != 1 or part.outputs[index].is_graph_output:
+        return "the Split's part has another reader or is a graph output"
+    w = m.array("w")
+    if w.ndim != 2:
+        return f"the weight has rank {w.ndim}, not 2"
+    columns = w.shape[0] if product.op_type == "Gemm" and attribute(product, "transB", 0) else w.shape[1]
+    if "c" in m and m["c"] is not None:
+        c = list(m.array("c").shape)
+        if len(c) > 2 or c[-1:] not in ([], [1], [columns]):
+            return f"Gemm's C of shape {c} does not broadcast along the columns"
+    source = m.shape("regroup" if "regroup" in m else "bias" if "bias" in m else "product")
+    if source is None or not source or source[-1] != columns:
+        return "the Split's input does not hold the product's columns on its last axis"
+    if "regroup" in m and (m.shape("product") or [None])[-1] != columns:
+        return "the Reshape before the Split regroups the product's columns"
+    axis = attribute(part, "axis", 0)
+    if axis not in (-1, len(source) - 1):
+        return f"the Split is along axis {axis}, not the product's columns"
+    sizes = _split_sizes(m, part, columns)
+    if isinstance(sizes, str):
+        return sizes
+    return int(sum(sizes[:index])), int(sizes[index]), columns
+
+
+def _split_sizes(m: Match, split, total: int):
+    """The Split's part sizes, or why they are not known."""
+    from pyonnxopt.fusion.values import constant_ints
+
+    if "split" in split.attributes:
+        sizes = list(split.attributes["split"])
+    elif m["sizes"] is not None:
+        sizes = constant_ints(m["sizes"])
+        if sizes is None:
+            return "the Split's sizes are not constant"
+    else:  # equal parts; from opset 18 the last may be smaller
+        n = len(split.outputs)
+        step = -(-total // n)
+        sizes = [step] * (n - 1) + [total - step * (n - 1)]
+    if len(sizes) != len(split.outputs) or sum(sizes) != total or min(sizes) < 0:
+        return f"the Split's sizes {sizes} do not cut the {total} columns"
+    return sizes
 
 
 def _shape_refusal(m: Match, k: np.ndarray, gemm: bool) -> Optional[str]:
@@ -138,14 +238,14 @@ def _scaled_value(m: Match):
     return next(v for v in m.root.inputs if v.name != m["k"].name)
 
 
-def _scaled(a: np.ndarray, k: np.ndarray):
-    """a * k (k one number, or one per column of a's last axis) in a's
+def _scaled(a: np.ndarray, k: np.ndarray, axis: int = -1):
+    """a * k (k one number, or one per column: along a's `axis`) in a's
     element type, or why not: an element it overflows or flushes to 0."""
     with np.errstate(over="ignore"):  # an overflow is a refusal, below
-        if a.ndim == 0 or (k.size > 1 and a.shape[-1] != k.size):
+        if a.ndim == 0 or (k.size > 1 and a.shape[axis] != k.size):
             out = (a.astype(np.float64) * k).astype(a.dtype)  # a bias that broadcasts along the columns
         else:
-            out = fold.scale_channels(a, np.broadcast_to(k.reshape(-1), (a.shape[-1],)), axis=a.ndim - 1)
+            out = fold.scale_channels(a, np.broadcast_to(k.reshape(-1), (a.shape[axis],)), axis=axis % a.ndim)
     finite = np.isfinite(a)
     if not np.all(np.isfinite(out)[finite]):
         return "scaling overflows its element type"
