@@ -201,3 +201,55 @@ def test_a_part_read_elsewhere_is_left_alone(q_elsewhere):
     }}""", **rng_weights(w=(8, 24)), k=np.array(0.5, np.float32))
     m, r = run_rule(RULE, proto)
     assert not r.modified and near_misses(r) == ["the Split's part has another reader or is a graph output"]
+
+
+GATHERED = """g (float[6,8] x) => (float[2,3,8] y, float[2,3,8] kk, float[2,3,8] vv) {
+    p = MatMul(x, w)
+    r = Reshape(p, split)
+    q = Gather <axis = 2> (r, iq)
+    kk = Gather <axis = 2> (r, ik)
+    vv = Gather <axis = 2> (r, iv)
+    y = Mul(q, k)
+}"""
+
+
+def gathered(text=GATHERED, split=(2, 3, 3, 8), iq=0, ik=1, iv=2, **more):
+    return with_weights(text, **rng_weights(w=(8, 24)), k=np.array(0.125, np.float32),
+                        split=np.array(split, np.int64), iq=np.array(iq, np.int64), ik=np.array(ik, np.int64),
+                        iv=np.array(iv, np.int64), **more)
+
+
+def test_a_gathered_part_of_regrouped_columns_scales_its_columns_only():
+    # torchvision's nn.MultiheadAttention: [rows, 3E] -> [B, S, 3, E], q, k and v picked by Gather
+    m, _ = fused_by(RULE, gathered())
+    assert ops(m) == ["MatMul", "Reshape", "Gather", "Gather", "Gather"]
+
+
+def test_a_gathered_part_after_a_transpose():
+    # torchvision's Swin: [B, N, 3E] -> [B, N, 3, h, d] -> Transpose [2, 0, 3, 1, 4] -> q = [0]
+    proto = with_weights("""g (float[2,5,12] x) => (float[2,2,5,3] y, float[2,2,5,3] kk, float[2,2,5,3] vv) {
+        p = MatMul(x, w)
+        r = Reshape(p, split)
+        t = Transpose <perm = [2, 0, 3, 1, 4]> (r)
+        q = Gather <axis = 0> (t, iq)
+        kk = Gather <axis = 0> (t, ik)
+        vv = Gather <axis = 0> (t, iv)
+        y = Mul(q, k)
+    }""", **rng_weights(w=(12, 18)), k=np.array(0.5, np.float32), split=np.array([2, 5, 3, 2, 3], np.int64),
+        iq=np.array(0, np.int64), ik=np.array(1, np.int64), iv=np.array(2, np.int64))
+    m, _ = fused_by(RULE, proto)
+    assert ops(m) == ["MatMul", "Reshape", "Transpose", "Gather", "Gather", "Gather"]
+
+
+@pytest.mark.parametrize("change, why", [
+    (dict(ik=0), "what the Gather reads has a reader that is not a Gather of other entries"),
+    (dict(text=GATHERED.replace("kk = Gather <axis = 2> (r, ik)", "kk = Gather <axis = 2> (r, ik)\n    n = Neg(r)")
+          .replace("float[2,3,8] vv)", "float[2,3,8] vv, float[2,3,3,8] n)")),
+     "what the Gather reads has a reader that is not a Gather of other entries"),
+    (dict(text=GATHERED.replace("<axis = 2>", "<axis = 1>").replace("float[2,3,8]", "float[2,3,8]"),
+          split=(2, 3, 3, 8)), "the Gather does not pick along the columns' axes"),
+])
+def test_a_gather_whose_entries_reach_other_readers_is_refused(change, why):
+    proto = gathered(**change)
+    m, r = run_rule(RULE, proto, valid=False)
+    assert not r.modified and near_misses(r) == [why]

@@ -85,6 +85,12 @@ class FuseMatmulScale(Rule):
                 for i in range(MAX_PARTS):
                     part = Op("Split", source, Var("sizes", optional=True), name="part", output=i, exclusive=False)
                     variants += _scales(part)
+            # ... or a Gather of the columns regrouped as [.., 3, E] (torchvision's attention)
+            regroup = Op("Reshape", product, Var("regroup_shape"), name="regroup", exclusive=False)
+            ordered = Op("Transpose", Op("Reshape", product, Var("regroup_shape"), name="regroup"), name="order",
+                         exclusive=False)
+            for source in (regroup, ordered):
+                variants += _scales(Op("Gather", source, Const("index"), name="pick"))
         return variants
 
     def check(self, m: Match) -> Optional[str]:
@@ -100,21 +106,21 @@ class FuseMatmulScale(Rule):
             return f"'{m['k'].name}' is not finite"
         if m.root.op_type == "Div" and np.any(k == 0):
             return f"'{m['k'].name}' has a 0: the Div is not a scale"
-        if "part" in m:
-            part = _part_columns(m)
-            if isinstance(part, str):
-                return part
+        if "part" in m or "pick" in m:
+            columns = _scaled_columns(m)
+            if isinstance(columns, str):
+                return columns
             if k.size != 1:
-                return f"the constant's shape {list(k.shape)} is not one number after a Split"
+                cut = m["pick" if "pick" in m else "part"].op_type
+                return f"the constant's shape {list(k.shape)} is not one number after a {cut}"
         return _shape_refusal(m, k, gemm)
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         product = m["product"]
         k = np.asarray(m.array("k"), np.float64)
         k = 1.0 / k if m.root.op_type == "Div" else k
-        if "part" in m:  # only the part's columns
-            start, size, columns = _part_columns(m)
-            k = np.concatenate([np.ones(start), np.full(size, k.reshape(-1)[0]), np.ones(columns - start - size)])
+        if "part" in m or "pick" in m:  # only the columns the part holds
+            k = np.where(_scaled_columns(m), k.reshape(-1)[0], 1.0)
         if "bmat" in m:  # a Gemm by any B: one number goes into alpha and beta
             new = edit.node("Gemm", [m["a"], m["bmat"], m["c"]], hint=product.name or "gemm_scaled", before=product)
             scale = float(k.reshape(-1)[0])
@@ -167,15 +173,11 @@ def _scales(value: Op) -> list:
     return variants
 
 
-def _part_columns(m: Match):
-    """(start, size, columns): the product's columns that the matched Split
-    output holds, or why they are not known to be a block of them."""
-    part, product = m["part"], m["product"]
-    reader = m["move0"] if "move0" in m else m.root
-    read = {v.name for v in reader.inputs if v is not None}
-    index = next(i for i, v in enumerate(part.outputs) if v is not None and v.name in read)
-    if len(part.outputs[index].uses) != 1 or part.outputs[index].is_graph_output:
-        return "the Split's part has another reader or is a graph output"
+def _scaled_columns(m: Match):
+    """A bool per column of the product: those the Split's part or the
+    Gather takes (the only ones the scale reaches), or why they are not
+    known."""
+    product = m["product"]
     w = m.array("w")
     if w.ndim != 2:
         return f"the weight has rank {w.ndim}, not 2"
@@ -184,18 +186,88 @@ def _part_columns(m: Match):
         c = list(m.array("c").shape)
         if len(c) > 2 or c[-1:] not in ([], [1], [columns]):
             return f"Gemm's C of shape {c} does not broadcast along the columns"
-    source = m.shape("regroup" if "regroup" in m else "bias" if "bias" in m else "product")
-    if source is None or not source or source[-1] != columns:
+    if (m.shape("bias" if "bias" in m else "product") or [None])[-1] != columns:
+        return "the product's columns are not its last axis"
+    return _part_columns(m, columns) if "part" in m else _picked_columns(m, columns)
+
+
+def _part_columns(m: Match, columns: int):
+    """The columns the matched Split output holds."""
+    part = m["part"]
+    reader = m["move0"] if "move0" in m else m.root
+    read = {v.name for v in reader.inputs if v is not None}
+    index = next(i for i, v in enumerate(part.outputs) if v is not None and v.name in read)
+    if len(part.outputs[index].uses) != 1 or part.outputs[index].is_graph_output:
+        return "the Split's part has another reader or is a graph output"
+    source = m.shape("regroup") if "regroup" in m else m.shape("bias" if "bias" in m else "product")
+    if not source or source[-1] != columns:
         return "the Split's input does not hold the product's columns on its last axis"
-    if "regroup" in m and (m.shape("product") or [None])[-1] != columns:
-        return "the Reshape before the Split regroups the product's columns"
     axis = attribute(part, "axis", 0)
     if axis not in (-1, len(source) - 1):
         return f"the Split is along axis {axis}, not the product's columns"
     sizes = _split_sizes(m, part, columns)
     if isinstance(sizes, str):
         return sizes
-    return int(sum(sizes[:index])), int(sizes[index]), columns
+    taken = np.zeros(columns, bool)
+    taken[sum(sizes[:index]):sum(sizes[:index + 1])] = True
+    return taken
+
+
+def _picked_columns(m: Match, columns: int):
+    """The columns the matched Gather takes: the Reshape before it splits
+    the columns into trailing axes ([rows, 3E] -> [.., 3, E]), [a Transpose
+    moves them,] and the Gather picks along one of those axes. Every other
+    reader of what the Gather reads must be a Gather along the same axis
+    picking other entries (q, k and v), or the scale would reach it too."""
+    regroup, pick = m["regroup"], m["pick"]
+    shape = m.shape("regroup")
+    if shape is None:
+        return "the Reshape before the Gather has an unknown shape"
+    start, size = len(shape), 1  # the trailing axes shape[start:] hold exactly the columns
+    while start > 0 and isinstance(shape[start - 1], int) and size < columns:
+        start -= 1
+        size *= shape[start]
+    if size != columns:
+        return f"the Reshape to {shape} does not split the {columns} columns into trailing axes"
+    source = m["order"] if "order" in m else regroup
+    rank = len(shape)
+    axis = attribute(pick, "axis", 0) % rank if -rank <= attribute(pick, "axis", 0) < rank else None
+    if axis is None:
+        return "the Gather's axis is out of range"
+    moved = attribute(source, "perm", list(range(rank))[::-1]) if "order" in m else list(range(rank))
+    if len(moved) != rank or moved[axis] < start:
+        return "the Gather does not pick along the columns' axes"
+    indices = _entries_taken(m.array("index"), shape[moved[axis]])
+    for reader, _ in source.outputs[0].uses:
+        if reader.outputs[0] is not None and reader.outputs[0].name == pick.outputs[0].name:
+            continue  # the Gather itself
+        other = _gathered(reader, source.outputs[0], axis, rank, shape[moved[axis]])
+        if other is None or other & indices:
+            return "what the Gather reads has a reader that is not a Gather of other entries"
+    if source.outputs[0].is_graph_output:
+        return "what the Gather reads is a graph output"
+    grid = np.arange(columns).reshape(shape[start:])
+    taken = np.zeros(columns, bool)
+    taken[np.take(grid, sorted(indices), axis=moved[axis] - start).ravel()] = True
+    return taken
+
+
+def _entries_taken(index: np.ndarray, length: int) -> set:
+    """The entries (0..length-1) a Gather's constant indices take."""
+    return {int(i) % length for i in np.asarray(index).ravel()}
+
+
+def _gathered(node, value, axis: int, rank: int, length: int):
+    """The entries a reader takes when it is a Gather of `value` along
+    `axis` by constant indices, else None."""
+    from pyonnxopt.fusion.values import constant_ints
+
+    if node.op_type != "Gather" or node.domain or node.inputs[0] is None or node.inputs[0].name != value.name:
+        return None
+    if attribute(node, "axis", 0) % rank != axis or len(node.inputs) < 2:
+        return None
+    ints = constant_ints(node.inputs[1])
+    return None if ints is None else {int(i) % length for i in ints}
 
 
 def _split_sizes(m: Match, split, total: int):
