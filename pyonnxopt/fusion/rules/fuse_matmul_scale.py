@@ -22,6 +22,11 @@ part's columns only (the other parts read the same values as before):
     y = Mul(T(Split(P)[i]), k)  ->  y = T(Split(P')[i]),  P' = P with the
                                      columns of part i scaled by k
 
+torchvision's attention regroups the packed columns instead ([rows, 3E] ->
+[.., 3, E], Swin's then a Transpose bringing the 3 first) and picks q, k
+and v with Gathers; the columns a Gather picks take the scale, where every
+other reader of what it reads is a Gather of other entries.
+
 It runs once no other fusion fires: Attention and the --target ort ops read
 their scale from such a Mul. A GELU's final * 0.5 is left alone: its Mul
 reads the GELU's product, not the MatMul's, and onnxruntime fuses the GELU
@@ -40,7 +45,11 @@ Refuses when:
  6. after a Split: the part has another reader or is a graph output; the
     Split is not along the product's columns, or a Reshape before it
     regroups them; its sizes are not constant; a Gemm's B or C is not a
-    constant, or its C does not broadcast along the columns.
+    constant, or its C does not broadcast along the columns;
+ 7. after a Gather: the Reshape does not split the columns into trailing
+    axes, or the Gather picks along another axis; what it reads has another
+    reader than Gathers of other entries along that axis, or is a graph
+    output.
 """
 
 from __future__ import annotations
