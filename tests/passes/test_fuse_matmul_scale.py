@@ -253,3 +253,32 @@ def test_a_gather_whose_entries_reach_other_readers_is_refused(change, why):
     proto = gathered(**change)
     m, r = run_rule(RULE, proto, valid=False)
     assert not r.modified and near_misses(r) == [why]
+
+
+@pytest.mark.parametrize("scale", ["Mul(kt, k)", "Div(kt, k)"])
+def test_the_keys_scale_moves_into_the_query_projection(scale):
+    # GPT-2 with a cache: the keys are scaled after the Concat with the past (a pass over the whole cache)
+    proto = with_weights(f"""g (float[2,3,8] x, float[2,2,5,4] past) => (float[2,2,3,8] y) {{
+        p = MatMul(x, w)
+        h = Reshape(p, heads)
+        q = Transpose <perm = [0, 2, 1, 3]> (h)
+        pk = MatMul(x, wk)
+        hk = Reshape(pk, heads)
+        nk = Transpose <perm = [0, 2, 1, 3]> (hk)
+        c = Concat <axis = 2> (past, nk)
+        kt = Transpose <perm = [0, 1, 3, 2]> (c)
+        ks = {scale}
+        y = MatMul(q, ks)
+    }}""", **rng_weights(w=(8, 8), wk=(8, 8)), k=np.array(0.125, np.float32), heads=np.array([2, 3, 2, 4], np.int64))
+    m, _ = fused_by(RULE, proto)
+    assert "Mul" not in ops(m) and "Div" not in ops(m)
+
+
+def test_a_keys_scale_with_a_query_read_elsewhere_stays():
+    proto = with_weights("""g (float[2,3,8] x, float[2,8,3] kt) => (float[2,3,3] y, float[2,3,8] p) {
+        p = MatMul(x, w)
+        ks = Mul(kt, k)
+        y = MatMul(p, ks)
+    }""", **rng_weights(w=(8, 8)), k=np.array(0.125, np.float32))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified and ops(m) == ["MatMul", "Mul", "MatMul"]

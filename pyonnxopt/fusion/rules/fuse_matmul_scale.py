@@ -27,6 +27,13 @@ torchvision's attention regroups the packed columns instead ([rows, 3E] ->
 and v with Gathers; the columns a Gather picks take the scale, where every
 other reader of what it reads is a Gather of other entries.
 
+A scale of the other operand of a MatMul that reads such a chain moves
+into the chain's weights too: GPT-2's keys are scaled after the Concat with
+the past, a pass over the whole cache at every generated token, while
+MatMul(q, k * s) = MatMul(q * s, k) and q's part of the projection takes s:
+
+    y = MatMul(T(P), Mul(b, k))  ->  y = MatMul(T(P'), b)
+
 It runs once no other fusion fires: Attention and the --target ort ops read
 their scale from such a Mul. A GELU's final * 0.5 is left alone: its Mul
 reads the GELU's product, not the MatMul's, and onnxruntime fuses the GELU
@@ -113,8 +120,10 @@ class FuseMatmulScale(Rule):
         k = m.array("k")
         if not np.all(np.isfinite(k)):
             return f"'{m['k'].name}' is not finite"
-        if m.root.op_type == "Div" and np.any(k == 0):
+        if m["scale"].op_type == "Div" and np.any(k == 0):
             return f"'{m['k'].name}' has a 0: the Div is not a scale"
+        if "scores" in m and k.size != 1:
+            return f"the constant's shape {list(k.shape)} is not one number: it cannot move to the other operand"
         if "part" in m or "pick" in m:
             columns = _scaled_columns(m)
             if isinstance(columns, str):
@@ -127,7 +136,7 @@ class FuseMatmulScale(Rule):
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         product = m["product"]
         k = np.asarray(m.array("k"), np.float64)
-        k = 1.0 / k if m.root.op_type == "Div" else k
+        k = 1.0 / k if m["scale"].op_type == "Div" else k
         if "part" in m or "pick" in m:  # only the columns the part holds
             k = np.where(_scaled_columns(m), k.reshape(-1)[0], 1.0)
         if "bmat" in m:  # a Gemm by any B: one number goes into alpha and beta
@@ -144,6 +153,9 @@ class FuseMatmulScale(Rule):
                 return made
             new, old = made
         edit.replace_value(old, new[0])
+        if "scores" in m:  # the MatMul reads the other operand unscaled
+            edit.replace_root("MatMul", [m.root.inputs[0], _scaled_value(m)], copy_attrs_from=m.root)
+            return None
         return edit.bypass_root(_scaled_value(m))
 
 
@@ -173,11 +185,15 @@ def _scaled_product(m: Match, edit: Edit, k: np.ndarray):
 
 
 def _scales(value: Op) -> list:
-    """Mul and Div of `value` by a constant, after 0 to MAX_MOVERS movers."""
+    """Mul and Div of `value` by a constant after 0 to MAX_MOVERS movers, and
+    a MatMul of the moved value by a Mul or Div of another value."""
     variants = []
     for i in range(MAX_MOVERS + 1):
         variants.append(Op("Mul", value, Const("k"), name="scale", commutative=True))
         variants.append(Op("Div", value, Const("k"), name="scale"))
+        for other in (Op("Mul", Var("other"), Const("k"), name="scale", commutative=True),
+                      Op("Div", Var("other"), Const("k"), name="scale")):
+            variants.append(Op("MatMul", value, other, name="scores"))
         value = Op(MOVERS, value, Var(f"how{i}", optional=True), name=f"move{i}")
     return variants
 
@@ -315,8 +331,8 @@ def _shape_refusal(m: Match, k: np.ndarray, gemm: bool) -> Optional[str]:
 
 
 def _scaled_value(m: Match):
-    """The value the root scales (its input that is not k)."""
-    return next(v for v in m.root.inputs if v.name != m["k"].name)
+    """The value the scale multiplies (its input that is not k)."""
+    return next(v for v in m["scale"].inputs if v.name != m["k"].name)
 
 
 def _scaled(a: np.ndarray, k: np.ndarray, axis: int = -1):
