@@ -354,11 +354,10 @@ def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bo
             continue
         if v.is_graph_output and not update_outputs and not branch:
             continue
-        before = v.type.get("shape")
-        after = _shape_list(vi.type)
+        before, inferred = v.type.get("shape"), _shape_list(vi.type)
         # a branch output the branch computes, whose inferred shape has the declared rank
-        computed = branch and v.is_graph_output and v.producer is not None and after is not None \
-            and (before is None or len(before) == len(after))
+        computed = branch and v.is_graph_output and v.producer is not None and inferred is not None \
+            and (before is None or len(before) == len(inferred))
         _merged(vi.type, v, aliases, computed)
         if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _renames(vi.type, v, aliases) \
                 or (computed and _shape_list(vi.type) != before):

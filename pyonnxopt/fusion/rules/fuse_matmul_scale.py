@@ -68,7 +68,8 @@ import numpy as np
 from pyonnxopt import fold
 from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule, known_shape
-from pyonnxopt.fusion.rules._channels import attribute, type_refusal
+from pyonnxopt.fusion.rules._channels import attribute, bias_refusal, channels_of, type_refusal
+from pyonnxopt.fusion.values import constant_ints
 
 # Ops that only move or relabel elements: a scale by one number commutes with them.
 MOVERS = "Reshape|Transpose|Flatten|Squeeze|Unsqueeze"
@@ -163,9 +164,9 @@ def _scaled_product(m: Match, edit: Edit, k: np.ndarray):
     """(new outputs, old value): the product remade with its constant weight
     (and bias: the Add's, or a Gemm's C) scaled by k along its columns; or
     why not, having changed nothing."""
-    product = m["product"]
-    transposed = product.op_type == "Gemm" and attribute(product, "transB", 0)
-    scaled = {"w": _scaled(m.array("w"), k, axis=0 if transposed else -1)}
+    product, w = m["product"], m.array("w")
+    # A packed projection's Gemm (its weight checked by _scaled_columns): the columns are on transB's axis.
+    scaled = {"w": _scaled(w, k, axis=channels_of(product, w).weight_axis if product.op_type == "Gemm" else -1)}
     bias = "b" if "bias" in m else "c" if "c" in m and m["c"] is not None else None
     if bias is not None:
         scaled[bias] = _scaled(m.array(bias), k)
@@ -202,15 +203,13 @@ def _scaled_columns(m: Match):
     """A bool per column of the product: those the Split's part or the
     Gather takes (the only ones the scale reaches), or why they are not
     known."""
-    product = m["product"]
-    w = m.array("w")
-    if w.ndim != 2:
-        return f"the weight has rank {w.ndim}, not 2"
-    columns = w.shape[0] if product.op_type == "Gemm" and attribute(product, "transB", 0) else w.shape[1]
-    if "c" in m and m["c"] is not None:
-        c = list(m.array("c").shape)
-        if len(c) > 2 or c[-1:] not in ([], [1], [columns]):
-            return f"Gemm's C of shape {c} does not broadcast along the columns"
+    ch = channels_of(m["product"], m.array("w"))
+    if isinstance(ch, str):
+        return ch
+    columns = ch.count
+    why = bias_refusal(m["product"], list(m.array("c").shape), ch) if "c" in m and m["c"] is not None else None
+    if why:
+        return why
     if (m.shape("bias" if "bias" in m else "product") or [None])[-1] != columns:
         return "the product's columns are not its last axis"
     return _part_columns(m, columns) if "part" in m else _picked_columns(m, columns)
@@ -255,10 +254,10 @@ def _picked_columns(m: Match, columns: int):
     if size != columns:
         return f"the Reshape to {shape} does not split the {columns} columns into trailing axes"
     source = m["order"] if "order" in m else regroup
-    rank = len(shape)
-    axis = attribute(pick, "axis", 0) % rank if -rank <= attribute(pick, "axis", 0) < rank else None
-    if axis is None:
+    rank, axis = len(shape), attribute(pick, "axis", 0)
+    if not -rank <= axis < rank:
         return "the Gather's axis is out of range"
+    axis %= rank
     moved = attribute(source, "perm", list(range(rank))[::-1]) if "order" in m else list(range(rank))
     if len(moved) != rank or moved[axis] < start:
         return "the Gather does not pick along the columns' axes"
@@ -285,20 +284,16 @@ def _entries_taken(index: np.ndarray, length: int) -> set:
 def _gathered(node, value, axis: int, rank: int, length: int):
     """The entries a reader takes when it is a Gather of `value` along
     `axis` by constant indices, else None."""
-    from pyonnxopt.fusion.values import constant_ints
-
     if node.op_type != "Gather" or node.domain or node.inputs[0] is None or node.inputs[0].name != value.name:
         return None
     if attribute(node, "axis", 0) % rank != axis or len(node.inputs) < 2:
         return None
     ints = constant_ints(node.inputs[1])
-    return None if ints is None else {int(i) % length for i in ints}
+    return None if ints is None else _entries_taken(np.asarray(ints), length)
 
 
 def _split_sizes(m: Match, split, total: int):
     """The Split's part sizes, or why they are not known."""
-    from pyonnxopt.fusion.values import constant_ints
-
     if "split" in split.attributes:
         sizes = list(split.attributes["split"])
     elif m["sizes"] is not None:
@@ -343,9 +338,10 @@ def _scaled(a: np.ndarray, k: np.ndarray, axis: int = -1):
             out = (a.astype(np.float64) * k).astype(a.dtype)  # a bias that broadcasts along the columns
         else:
             out = fold.scale_channels(a, np.broadcast_to(k.reshape(-1), (a.shape[axis],)), axis=axis % a.ndim)
-    finite = np.isfinite(a)
-    if not np.all(np.isfinite(out)[finite]):
+    # Only a factor above 1 can overflow, only one below 1 flush: the big weights are read once more at most.
+    magnitude = np.abs(k)
+    if magnitude.max() > 1 and not np.all(np.isfinite(out)[np.isfinite(a)]):
         return "scaling overflows its element type"
-    if np.any((out == 0) & (a != 0)):
+    if magnitude.min() < 1 and np.any((out == 0) & (a != 0)):
         return "scaling flushes a non-zero element to 0 in its element type"
     return out
