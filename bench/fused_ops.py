@@ -139,7 +139,8 @@ def cases() -> dict:
     }
 
 
-def _session(model: bytes, level) -> ort.InferenceSession:
+def _session(model, level) -> ort.InferenceSession:
+    """A one-thread CPU session of `model` (bytes, or a path)."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.graph_optimization_level = level
@@ -147,17 +148,18 @@ def _session(model: bytes, level) -> ort.InferenceSession:
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 
 
-def time_case(unfused: bytes, fused: bytes, feeds: dict, rounds: int, names: tuple = ("unfused", "fused")) -> dict:
-    """Both models at both levels, taking turns; per level NAME_ms for each
-    (`names`: what the two are) and the ratio second / first."""
+def time_case(unfused, fused, feeds: dict, rounds: int, names: tuple = ("unfused", "fused")) -> dict:
+    """Both models (bytes, or paths) at both levels, taking turns; per level
+    NAME_ms for each (`names`: what the two are), the ratio second / first,
+    and the largest difference between their outputs."""
     out = {}
     for level_name, level in (("disable", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
                               ("all", ort.GraphOptimizationLevel.ORT_ENABLE_ALL)):
         a, b = _session(unfused, level), _session(fused, level)
-        ya, yb = a.run(None, feeds)[0], b.run(None, feeds)[0]
-        if not np.allclose(ya, yb, rtol=1e-3, atol=1e-3):
-            raise SystemExit(f"{names[1]} and {names[0]} outputs differ (max {np.abs(ya - yb).max():.3g}): "
-                             "a broken case")
+        ya, yb = a.run(None, feeds), b.run(None, feeds)
+        diff = max(float(np.abs(x.astype(np.float64) - y).max(initial=0)) for x, y in zip(ya, yb))
+        if not all(np.allclose(x, y, rtol=1e-3, atol=1e-3) for x, y in zip(ya, yb)):
+            raise SystemExit(f"{names[1]} and {names[0]} outputs differ (max {diff:.3g}): a broken case")
         ta, tb = [], []
         for _ in range(rounds):
             for sess, times in ((a, ta), (b, tb)):
@@ -166,7 +168,7 @@ def time_case(unfused: bytes, fused: bytes, feeds: dict, rounds: int, names: tup
                 times.append(time.perf_counter() - t0)
         ratios = np.array(tb) / np.array(ta)
         out[level_name] = {f"{names[0]}_ms": float(np.median(ta) * 1e3), f"{names[1]}_ms": float(np.median(tb) * 1e3),
-                           "ratio": float(np.median(ratios)),
+                           "ratio": float(np.median(ratios)), "max_abs_diff": diff,
                            "ratio_p25_p75": [float(np.percentile(ratios, 25)), float(np.percentile(ratios, 75))]}
     return out
 

@@ -44,22 +44,36 @@ def _tail(p: str, q: str, k: str, v: str, x: str) -> tuple:
     nodes = [helper.make_node("MatMul", [q, k], [p + "s"]), helper.make_node("Mul", [p + "s", "scale"], [p + "ss"]),
              helper.make_node("Softmax", [p + "ss"], [p + "p"], axis=-1),
              helper.make_node("MatMul", [p + "p", v], [p + "c"]),
-             helper.make_node("Transpose", [p + "c"], [p + "ct"], perm=[0, 2, 1, 3]),
-             helper.make_node("Reshape", [p + "ct", "merge"], [p + "cm"]),
-             helper.make_node("MatMul", [p + "cm", p + "Wo"], [p + "om"]),
-             helper.make_node("Add", [p + "om", p + "bo"], [p + "o"]),
-             helper.make_node("Add", [p + "o", x], [p + "y"])]
+             helper.make_node("Transpose", [p + "c"], [p + "ct"], perm=[0, 2, 1, 3])]
+    return _merged_out(p, p + "ct", x, nodes)
+
+
+def _merged_out(p: str, context: str, x: str, nodes: list) -> tuple:
+    """`nodes`, then the head merge of the [B, S, h, d] context, the output
+    projection and the residual."""
+    nodes = nodes + [helper.make_node("Reshape", [context, "merge"], [p + "cm"]),
+                     helper.make_node("MatMul", [p + "cm", p + "Wo"], [p + "om"]),
+                     helper.make_node("Add", [p + "om", p + "bo"], [p + "o"]),
+                     helper.make_node("Add", [p + "o", x], [p + "y"])]
     return nodes, {p + "Wo": WEIGHTS["o"], p + "bo": BIASES["o"]}
 
 
-def _exported(p: str, x: str) -> tuple:
+def _split_heads(p: str, x: str) -> tuple:
+    """Q, K and V each projected and split into [B, S, h, d] heads (named
+    p + "qr", "kr", "vr")."""
     nodes, inits = [], {}
     for k in "qkv":
         inits.update({p + "W" + k: WEIGHTS[k], p + "b" + k: BIASES[k]})
         nodes += [helper.make_node("MatMul", [x, p + "W" + k], [p + k + "m"]),
                   helper.make_node("Add", [p + k + "m", p + "b" + k], [p + k + "a"]),
-                  helper.make_node("Reshape", [p + k + "a", "split"], [p + k + "r"]),
-                  helper.make_node("Transpose", [p + k + "r"], [p + k], perm=[0, 2, 3, 1] if k == "k" else [0, 2, 1, 3])]
+                  helper.make_node("Reshape", [p + k + "a", "split"], [p + k + "r"])]
+    return nodes, inits
+
+
+def _exported(p: str, x: str) -> tuple:
+    nodes, inits = _split_heads(p, x)
+    nodes += [helper.make_node("Transpose", [p + k + "r"], [p + k], perm=[0, 2, 3, 1] if k == "k" else [0, 2, 1, 3])
+              for k in "qkv"]
     tail, more = _tail(p, p + "q", p + "k", p + "v", x)
     return nodes + tail, {**inits, **more}
 
@@ -96,21 +110,13 @@ def _packed_qkv(p: str, x: str) -> tuple:
 
 
 def _einsum(p: str, x: str) -> tuple:
-    nodes, inits = [], {}
-    for k in "qkv":
-        inits.update({p + "W" + k: WEIGHTS[k], p + "b" + k: BIASES[k]})
-        nodes += [helper.make_node("MatMul", [x, p + "W" + k], [p + k + "m"]),
-                  helper.make_node("Add", [p + k + "m", p + "b" + k], [p + k + "a"]),
-                  helper.make_node("Reshape", [p + k + "a", "split"], [p + k])]
-    nodes += [helper.make_node("Einsum", [p + "q", p + "k"], [p + "s"], equation="bshd,bthd->bhst"),
+    nodes, inits = _split_heads(p, x)
+    nodes += [helper.make_node("Einsum", [p + "qr", p + "kr"], [p + "s"], equation="bshd,bthd->bhst"),
               helper.make_node("Mul", [p + "s", "scale"], [p + "ss"]),
               helper.make_node("Softmax", [p + "ss"], [p + "p"], axis=-1),
-              helper.make_node("Einsum", [p + "p", p + "v"], [p + "c"], equation="bhst,bthd->bshd"),
-              helper.make_node("Reshape", [p + "c", "merge"], [p + "cm"]),
-              helper.make_node("MatMul", [p + "cm", p + "Wo"], [p + "om"]),
-              helper.make_node("Add", [p + "om", p + "bo"], [p + "o"]),
-              helper.make_node("Add", [p + "o", x], [p + "y"])]
-    return nodes, {**inits, p + "Wo": WEIGHTS["o"], p + "bo": BIASES["o"]}
+              helper.make_node("Einsum", [p + "p", p + "vr"], [p + "c"], equation="bhst,bthd->bshd")]
+    nodes, more = _merged_out(p, p + "c", x, nodes)
+    return nodes, {**inits, **more}
 
 
 LAYOUTS = {"exported": _exported, "head_major": _head_major, "packed_qkv": _packed_qkv, "einsum": _einsum}

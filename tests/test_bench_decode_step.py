@@ -31,7 +31,7 @@ def _decoder(path) -> str:
 
 def test_cache_dims_take_the_past_and_both_exports_are_compared(tmp_path):
     a = _decoder(tmp_path / "a.onnx")
-    x = decode_step.feeds(decode_step._session(a, decode_step.LEVELS["disable"]), past=7)
+    x = decode_step.feeds(a, past=7)
     assert x["past_key"].shape == (1, 2, 7, 4) and x["attention_mask"].shape == (1, 8)
     assert x["input_ids"].shape == (1, 1) and np.all(x["attention_mask"] == 1)
     r = decode_step.compare(a, a, past=7, rounds=2)
