@@ -234,3 +234,54 @@ def test_keras_folded_form_on_4d_averages_two_axes():
     m, r, original = fuse("fuse_layer_normalization", keras(x_type="float[2,3,4,8]"), opset=17)
     assert ops(m) == ["LayerNormalization"] and m.graph.nodes[0].attributes["axis"] == -2
     assert_same_outputs(original, m, **TOL)
+
+
+def flax(clamp="c = Max(raw, zero)", square="Mul(x, x)", mean_square="Mul(mean, mean)", opset_axes=", axes = [-1]",
+         extra_consts=""):
+    """Flax's fast variance, as jax2onnx writes it: E[x^2] - E[x]^2, clamped at 0."""
+    return f"""g (float[2,5,8] x) => (float[2,5,8] y) <float two = {{2.0}}, float zero = {{0.0}}, float eps = {{1e-6}},
+            float[8] scale = {{1,2,3,4,5,6,7,8}}, float[8] bias = {{1,0,1,0,1,0,1,0}}{extra_consts}> {{
+        mean = ReduceMean <keepdims = 1{opset_axes}> (x)  d = Sub(x, mean)  sq = {square}
+        m2 = ReduceMean <keepdims = 1{opset_axes}> (sq)  ms = {mean_square}  raw = Sub(m2, ms)  {clamp}
+        ve = Add({"c" if clamp else "raw"}, eps)  std = Sqrt(ve)  n = Div(d, std)  t = Mul(n, scale)  y = Add(t, bias)
+    }}"""
+
+
+@pytest.mark.parametrize("text", [
+    flax(),
+    flax(clamp="c = Max(zero, raw)", square="Pow(x, two)", mean_square="Pow(mean, two)"),
+    flax(clamp="c = Clip(raw, zero)"),
+    flax(clamp="c = Clip(raw, zero, inf)", extra_consts=", float inf = {inf}"),
+    flax(clamp="c = Relu(raw)"),
+    flax(clamp=""),
+])
+def test_flax_second_moment_variance(text):
+    m, r, original = fuse("fuse_layer_normalization", text, opset=17)
+    assert structure(m) == [("LayerNormalization", ["x", "scale", "bias"], ["y"])]
+    assert abs(m.graph.nodes[0].attributes["epsilon"] - 1e-6) < 1e-12
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_flax_second_moment_variance_at_opset_18_with_far_from_zero_inputs():
+    text = flax(opset_axes="").replace("(x)", "(x, axes)").replace("(sq)", "(sq, axes)").replace(
+        "float eps", "int64[1] axes = {-1}, float eps")
+    m, r, original = fuse("fuse_layer_normalization", text, opset=18)
+    assert ops(m) == ["LayerNormalization"]
+    # E[x^2] - E[x]^2 cancels in float32 when the mean is large against the
+    # spread; onnxruntime's kernel computes it the same way.
+    x = (50 + np.random.default_rng(1).standard_normal((2, 5, 8))).astype(np.float32)
+    assert_same_outputs(original, m, {"x": x}, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("text,why", [
+    (flax(clamp="c = Clip(raw, zero, top)", extra_consts=", float top = {100.0}"), "has a finite maximum"),
+    (flax(clamp="c = Max(raw, one)", extra_consts=", float one = {1.0}"), ""),
+    (flax(square="Pow(x, three)", extra_consts=", float three = {3.0}"), "exponent"),
+    (flax(mean_square="Mul(mean, d)"), ""),
+])
+def test_flax_second_moment_variance_refusals(text, why):
+    m, r, _ = fuse("fuse_layer_normalization", text, opset=17)
+    assert not r.modified
+    assert "LayerNormalization" not in ops(m)
+    if why:
+        assert near(r, why)

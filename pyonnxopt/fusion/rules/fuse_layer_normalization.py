@@ -18,6 +18,15 @@ shift, with GlobalAveragePool as the mean of a 3-d x's last axis:
 (x*w - mean*w + beta is (x - mean)/std * gamma + beta; a GlobalAveragePool
 averages all axes after the second: k = rank - 2.)
 
+Flax (and jax2onnx's decomposition of it) takes the variance from the
+second moment, clamped at 0 against rounding:
+
+    var  = ReduceMean(Mul(x, x), axes) - Mul(mean, mean)   (or Pow(., 2))
+    var  = Max(var, 0)                  (or Clip(var, 0[, inf]), Relu, none)
+    n    = Div(Sub(x, mean), Sqrt(Add(var, eps)))   ... as above
+
+E[x^2] - E[x]^2 is E[(x - mean)^2], so this too is a LayerNormalization.
+
 Both targets: opset 17 and later. onnxruntime also runs a default-domain
 LayerNormalization below 17, but onnx.checker rejects it, so we do not emit
 it; nor com.microsoft SkipLayerNormalization, with or without a residual
@@ -27,7 +36,8 @@ Refuses when:
  1. the opset is below 17;
  2. the two ReduceMeans reduce different axes, or not the trailing ones
     (or axes that need x's rank, unknown);
- 3. eps is not a scalar float constant; the Pow exponent is not 2;
+ 3. eps is not a scalar float constant; a Pow exponent is not 2; the
+    variance's Clip has a finite maximum;
  4. scale/bias vary outside the normalized axes, would broadcast x, or
     must be materialized (absent scale, or a broadcast one) while x's
     normalized dims are unknown;
@@ -39,6 +49,8 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
+import numpy as np
+
 from pyonnxopt.fusion import Const, Op, Rule, Var
 from pyonnxopt.fusion.rule import Edit, Match
 from pyonnxopt.fusion.rules._normalization import affine_input, check_affine, epsilon, reduce_mean, trailing_axes
@@ -49,7 +61,34 @@ from pyonnxopt.fusion.values import constant_reason
 def _layer_norm(opset: int, x, square_by_pow: bool, div: bool, scale: bool, bias: bool) -> Op:
     d = Op("Sub", x, reduce_mean(x, "mean", opset), name="centered")
     sq = Op("Pow", d, Const("two"), name="square") if square_by_pow else Op("Mul", d, d, name="square")
-    var = reduce_mean(sq, "variance", opset)
+    return _normalize(d, reduce_mean(sq, "variance", opset), div, scale, bias)
+
+
+def _second_moment_variance(opset: int, x, mean, square_by_pow: bool, mean_by_pow: bool, clamp: str):
+    """Flax's variance: E[x^2] - E[x]^2, clamped at 0 (or not)."""
+    sq = Op("Pow", x, Const("two"), name="square") if square_by_pow else Op("Mul", x, x, name="square")
+    mean_sq = Op("Pow", mean, Const("two_mean"), name="mean_square") if mean_by_pow else Op(
+        "Mul", mean, mean, name="mean_square")
+    var = Op("Sub", reduce_mean(sq, "second_moment", opset), mean_sq, name="variance_raw")
+    floor = Const("floor", value=0.0)
+    if clamp == "Max":
+        return Op("Max", var, floor, name="clamped", commutative=True)
+    if clamp == "Clip":
+        return Op("Clip", var, floor, Const("ceiling", optional=True), name="clamped")
+    if clamp == "Relu":
+        return Op("Relu", var, name="clamped")
+    return var
+
+
+def _fast_layer_norm(opset: int, x, square_by_pow: bool, mean_by_pow: bool, clamp: str, div: bool,
+                     scale: bool, bias: bool) -> Op:
+    mean = reduce_mean(x, "mean", opset)
+    var = _second_moment_variance(opset, x, mean, square_by_pow, mean_by_pow, clamp)
+    return _normalize(Op("Sub", x, mean, name="centered"), var, div, scale, bias)
+
+
+def _normalize(d, var, div: bool, scale: bool, bias: bool) -> Op:
+    """(d / sqrt(var + eps)) [* scale] [+ bias]"""
     std = Op("Sqrt", Op("Add", var, Const("eps"), name="plus_eps", commutative=True), name="std")
     if div:
         out = Op("Div", d, std, name="normed")
@@ -86,9 +125,13 @@ class FuseLayerNormalization(Rule):
     def pattern(self, opset: int) -> list:
         # Largest first: scale and bias join the fused op whenever they can.
         tails = [(True, True), (True, False), (False, True), (False, False)]
+        two_ways = (True, False)
         return [_layer_norm(opset, Var("x"), by_pow, div, scale, bias)
-                for (scale, bias), by_pow, div in itertools.product(tails, (True, False), (True, False))] + [
-                _folded_layer_norm(opset, Var("x"), pool) for pool in (True, False)]
+                for (scale, bias), by_pow, div in itertools.product(tails, two_ways, two_ways)] + [
+                _folded_layer_norm(opset, Var("x"), pool) for pool in two_ways] + [
+                _fast_layer_norm(opset, Var("x"), sq_pow, mean_pow, clamp, div, scale, bias)
+                for (scale, bias), clamp, sq_pow, mean_pow, div in itertools.product(
+                    tails, ("Max", "Clip", "Relu", ""), two_ways, two_ways, two_ways)]
 
     def check(self, m: Match) -> Optional[str]:
         why = opset_reason("LayerNormalization", m.opset)
@@ -100,10 +143,13 @@ class FuseLayerNormalization(Rule):
         eps = epsilon(m)
         if isinstance(eps, str):
             return eps
-        if "two" in m:
-            why = constant_reason(f"the exponent '{m['two'].name}'", m.array("two"), 2.0, 0)
-            if why:
-                return why
+        for two in ("two", "two_mean"):
+            if two in m:
+                why = constant_reason(f"the exponent '{m[two].name}'", m.array(two), 2.0, 0)
+                if why:
+                    return why
+        if "ceiling" in m and m["ceiling"] is not None and not np.all(m.array("ceiling") == np.inf):
+            return f"the variance's Clip '{m['clamped'].name}' has a finite maximum"
         return check_affine(m, k, "scale", "bias") or dtype_reason("", "LayerNormalization",
                                                                     m.dtype("x") or m.dtype("eps"))
 
@@ -123,7 +169,7 @@ def _normalized_axes(m: Match):
     shape = m.shape("x")
     rank = None if shape is None else len(shape)
     if m["mean"].op_type != "GlobalAveragePool":
-        return trailing_axes(m, rank, "mean", "variance")
+        return trailing_axes(m, rank, "mean", "second_moment" if "second_moment" in m else "variance")
     if rank is None or rank < 3:
         return f"x's rank {rank} is not known to be 3 or more (GlobalAveragePool averages the axes after the second)"
     return rank - 2
