@@ -29,6 +29,10 @@ const Names kUnary = {
     "IsNaN", "LeakyRelu", "Log", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid",
     "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu"};
 
+// onnxruntime's elementwise activations, which --target ort writes: on one
+// tensor they are unary too (FastGelu's optional bias is per last axis).
+const Names kMicrosoftUnary = {"FastGelu", "Gelu", "QuickGelu"};
+
 // Elementwise ops whose inputs broadcast against each other.
 const Names kBroadcasting = {
     "Add", "And", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Div", "Equal", "Greater", "GreaterOrEqual",
@@ -631,8 +635,13 @@ const char* resize(const PushQuery& q, int64_t opset, Push& out) {
 const char* plan_push(const PushQuery& q, Push& out) {
   const Node& n = q.node;
   const std::string& d = n.domain.value;
-  if (!(d.empty() || d == "ai.onnx") || n.has_subgraphs()) return kNoRule;
   const std::string_view op = n.op_type.value;
+  if (d == "com.microsoft" && kMicrosoftUnary.count(op)) {
+    if (n.inputs.size() > 1 && n.inputs[1]) return "the activation adds a bias along its input's last axis";
+    out = Push{};
+    return start(q, out, 1);
+  }
+  if (!(d.empty() || d == "ai.onnx") || n.has_subgraphs()) return kNoRule;
   const int64_t opset = default_opset(q.model, q.graph);
   out = Push{};
   if (kUnary.count(op)) return start(q, out, 1);

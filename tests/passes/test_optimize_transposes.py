@@ -554,6 +554,33 @@ def test_per_tensor_dequantize_and_quantize():
     assert ops(m) == ["DequantizeLinear", "Relu", "QuantizeLinear"]
 
 
+def ms_model(body: str):
+    return onnx.parser.parse_model('<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>' + body)
+
+
+@pytest.mark.parametrize("activation", ["com.microsoft.QuickGelu <alpha = 1.702>", "com.microsoft.FastGelu",
+                                        "com.microsoft.Gelu"])
+def test_onnxruntime_activations_are_unary(activation):
+    # --target ort writes them before the layout settles (jax2onnx's NHWC
+    # convs: Transpose -> Conv -> Transpose -> SiLU -> Transpose -> ConvTranspose).
+    m, r = check(ms_model(f"""g (float[1,2,3,4] x) => (float[1,2,3,4] y) {{
+        a = Transpose <perm = [0, 2, 3, 1]> (x)
+        b = {activation} (a)
+        y = Transpose <perm = [0, 3, 1, 2]> (b)
+    }}"""))
+    assert ops(m) == [activation.split()[0].split(".")[-1]]
+
+
+def test_fast_gelu_with_a_bias_stays():
+    m, r = run(ms_model("""g (float[1,2,3,4] x) => (float[1,2,3,4] y) <float[2] bias = {1.0, -1.0}> {
+        a = Transpose <perm = [0, 2, 3, 1]> (x)
+        b = com.microsoft.FastGelu (a, bias)
+        y = Transpose <perm = [0, 3, 1, 2]> (b)
+    }"""))
+    assert ops(m) == ["Transpose", "FastGelu", "Transpose"]
+    assert "the activation adds a bias along its input's last axis" in reasons(r)
+
+
 # ---- graph outputs, readers, subgraphs ----
 
 def test_a_graph_output_on_the_way_keeps_its_name_and_layout():
