@@ -282,3 +282,47 @@ def test_a_keys_scale_with_a_query_read_elsewhere_stays():
     }""", **rng_weights(w=(8, 8)), k=np.array(0.125, np.float32))
     m, r = run_rule(RULE, proto)
     assert not r.modified and ops(m) == ["MatMul", "Mul", "MatMul"]
+
+
+
+SCORES = """g (float[2,5,8] x, float[2,2,OTHER] other) => (float[2,2,5,5] y) {
+    pq = MatMul(x, wq)
+    hq = Reshape(pq, heads)
+    q = Transpose <perm = [0, 2, 1, 3]> (hq)
+    pk = MatMul(x, wk)
+    hk = Reshape(pk, heads)
+    kt = Transpose <perm = [0, 2, 3, 1]> (hk)
+    s = MatMul(LEFT, RIGHT)
+    y = SCALE
+}"""
+
+
+def scores(scale="Div(s, k)", left="q", right="kt", k=np.array(2.0, np.float32), outputs=""):
+    text = SCORES.replace("SCALE", scale).replace("LEFT", left).replace("RIGHT", right)
+    text = text.replace("OTHER", "5,4" if left == "other" else "4,5").replace("float[2,2,5,5] y)", f"float[2,2,5,5] y{outputs})")
+    return with_weights(text, **rng_weights(wq=(8, 8), wk=(8, 8)), k=k, heads=np.array([2, 5, 2, 4], np.int64))
+
+
+@pytest.mark.parametrize("scale", ["Div(s, k)", "Mul(s, k)", "Mul(k, s)"])
+def test_the_scores_scale_goes_into_a_projection(scale):
+    # Hand-written attention (and jax2onnx's): softmax(q @ k^T / sqrt(d)), a pass over b * h * s^2 elements.
+    m, _ = fused_by(RULE, scores(scale))
+    assert ops(m) == ["MatMul", "Reshape", "Transpose", "MatMul", "Reshape", "Transpose", "MatMul"]
+
+
+@pytest.mark.parametrize("left, right", [("other", "kt"), ("q", "other")])
+def test_the_scores_scale_goes_into_either_operand(left, right):
+    proto = scores(left=left, right=right)
+    m, _ = fused_by(RULE, proto)
+    assert "Div" not in ops(m) and len(m.graph.nodes) == len(proto.graph.node) - 1
+
+
+def test_a_scores_scale_per_column_is_refused():
+    m, r = run_rule(RULE, scores("Mul(s, k)", k=np.linspace(0.5, 1.0, 5).astype(np.float32)))
+    assert not r.modified and "Mul" in ops(m)
+    assert near_misses(r) == ["the constant's shape [5] is not one number: it cannot move to the other operand"]
+
+
+def test_a_scores_product_read_elsewhere_stays():
+    m, r = run_rule(RULE, scores(outputs=", float[2,2,5,5] s"))
+    assert not r.modified and "Div" in ops(m)

@@ -34,6 +34,12 @@ MatMul(q, k * s) = MatMul(q * s, k) and q's part of the projection takes s:
 
     y = MatMul(T(P), Mul(b, k))  ->  y = MatMul(T(P'), b)
 
+and so does a scale of their product, the attention scores' 1/sqrt(d) as
+hand-written attention and jax2onnx write it (a pass over batch x heads x
+length^2 elements):
+
+    y = Mul(MatMul(T(P), b), k)  ->  y = MatMul(T(P'), b)   (either operand)
+
 It runs once no other fusion fires: Attention and the --target ort ops read
 their scale from such a Mul. A GELU's final * 0.5 is left alone: its Mul
 reads the GELU's product, not the MatMul's, and onnxruntime fuses the GELU
@@ -44,7 +50,8 @@ Refuses when:
     value has another reader or is a graph output (pattern);
  2. the weight is not float16, float or double, or k's element type is not
     the product's;
- 3. k is not one number, or (without T) one per output column; or k has more
+ 3. k is not one number, or (without T, and not moved to another operand or
+    out of a product with one) one per output column; or k has more
     axes than the value it scales (the broadcast would change its shape);
  4. k is not finite, or a Div's k is 0;
  5. the scaled weight or bias overflows or flushes a non-zero element to 0
@@ -123,7 +130,7 @@ class FuseMatmulScale(Rule):
             return f"'{m['k'].name}' is not finite"
         if m["scale"].op_type == "Div" and np.any(k == 0):
             return f"'{m['k'].name}' has a 0: the Div is not a scale"
-        if "scores" in m and k.size != 1:
+        if ("scores" in m or "pair" in m) and k.size != 1:
             return f"the constant's shape {list(k.shape)} is not one number: it cannot move to the other operand"
         if "part" in m or "pick" in m:
             columns = _scaled_columns(m)
@@ -186,8 +193,9 @@ def _scaled_product(m: Match, edit: Edit, k: np.ndarray):
 
 
 def _scales(value: Op) -> list:
-    """Mul and Div of `value` by a constant after 0 to MAX_MOVERS movers, and
-    a MatMul of the moved value by a Mul or Div of another value."""
+    """Mul and Div of `value` by a constant after 0 to MAX_MOVERS movers, a
+    MatMul of the moved value by a Mul or Div of another value, and a Mul or
+    Div of the moved value's MatMul with another value."""
     variants = []
     for i in range(MAX_MOVERS + 1):
         variants.append(Op("Mul", value, Const("k"), name="scale", commutative=True))
@@ -195,6 +203,9 @@ def _scales(value: Op) -> list:
         for other in (Op("Mul", Var("other"), Const("k"), name="scale", commutative=True),
                       Op("Div", Var("other"), Const("k"), name="scale")):
             variants.append(Op("MatMul", value, other, name="scores"))
+        for pair in (Op("MatMul", value, Var("other"), name="pair"), Op("MatMul", Var("other"), value, name="pair")):
+            variants.append(Op("Mul", pair, Const("k"), name="scale", commutative=True))
+            variants.append(Op("Div", pair, Const("k"), name="scale"))
         value = Op(MOVERS, value, Var(f"how{i}", optional=True), name=f"move{i}")
     return variants
 
