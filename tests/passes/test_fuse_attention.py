@@ -168,6 +168,88 @@ def test_two_constant_masks_need_the_step_up_only_where_they_can_reach_finfo_min
     assert ops(m) == ["Add"] + (["Equal", "Where"] if guarded else []) + ["Attention"]
     assert_same_outputs(original, m, **TOL)
 
+CAUSAL = np.tril(np.ones((5, 6), bool))  # every query keeps key 0
+
+
+def where_mask(select: str, fill: float, cond_in: str = "", cond: str = "", consts: str = "") -> str:
+    consts = f"float c = {{0.35355339}}, float fill = {{{fill!r}}}{consts}"
+    if not cond_in and not cond:
+        for name, array in (("keep", CAUSAL), ("drop", ~CAUSAL)):
+            consts += f", bool[5,6] {name} = {{{', '.join(str(int(b)) for b in array.ravel())}}}"
+    return bhsd("s = Mul(qk, c)", cond_in, f"{cond}  m = {select}", consts=consts)
+
+
+@pytest.mark.parametrize("select", ["Where(keep, s, fill)", "Where(drop, fill, s)"])
+@pytest.mark.parametrize("fill", [-1e9, -1e4, float(np.finfo(np.float32).min), -np.inf])
+def test_a_where_mask_with_a_constant_causal_condition(select, fill):
+    # Flax and hand-written JAX: where(keep, s, big_neg); torch: s.masked_fill(drop, -1e9)
+    m, r, original = fuse("fuse_attention", where_mask(select, fill), opset=23)
+    assert "Softmax" not in ops(m) and ops(m).count("Attention") == 1
+    mask = attention_of(m).inputs[3]
+    assert mask.initializer is not None or mask.producer.op_type == "Where"  # finfo.min: stepped up
+    assert_same_outputs(original, m, **TOL)
+
+
+@pytest.mark.parametrize("select, upper, k", [("Where(keep, s, fill)", 0, 0), ("Where(drop, fill, s)", 1, 1)])
+def test_a_where_mask_of_a_causal_trilu_at_run_time(select, upper, k):
+    name = "keep" if upper == 0 else "drop"
+    # jnp.tril(jnp.ones((s, t), bool)) with the lengths read at run time
+    cond = ("sq = Shape <start = 2, end = 3> (q)  sk = Shape <start = 2, end = 3> (k)  shape = Concat <axis = 0> (sq, sk)"
+            f"  ones = Expand(yes, shape)  {name} = Trilu <upper = {upper}> (ones, kk)")
+    text = where_mask(select, -1e9, cond=cond, consts=f", bool yes = {{1}}, int64 kk = {{{k}}}")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert "Softmax" not in ops(m) and ops(m)[-2:] == ["Where", "Attention"]
+    assert_same_outputs(original, m, **TOL)
+
+
+@pytest.mark.parametrize("fill, cond_in, why", [
+    (-1e9, ", bool[5,6] keep", "is neither -inf nor the type's lowest value, and its mask is not known to keep"),
+    (-100.0, "", "the Where's fill -100.0 is not a masking value (at most -10000)"),
+])
+def test_a_where_mask_that_may_not_mask_the_same_refuses(fill, cond_in, why):
+    m, r, _ = fuse("fuse_attention", where_mask("Where(keep, s, fill)", fill, cond_in), opset=23)
+    assert not r.modified and near(r, why)
+
+
+def test_a_where_mask_of_a_trilu_that_drops_the_first_key_refuses():
+    cond = ("sq = Shape <start = 2, end = 3> (q)  sk = Shape <start = 2, end = 3> (k)  shape = Concat <axis = 0> (sq, sk)"
+            "  ones = Expand(yes, shape)  keep = Trilu <upper = 0> (ones, kk)")
+    text = where_mask("Where(keep, s, fill)", -1e9, cond=cond, consts=", bool yes = {1}, int64 kk = {-1}")
+    m, r, _ = fuse("fuse_attention", text, opset=23)
+    assert not r.modified and near(r, "not known to keep a key for every query")
+
+
+def test_a_where_mask_that_keeps_no_key_for_a_query_refuses_a_fill_that_would_not_spread_evenly():
+    text = where_mask("Where(keep, s, fill)", -1e9).replace("bool[5,6] keep = {1, ", "bool[5,6] keep = {0, ")
+    m, r, _ = fuse("fuse_attention", text, opset=23)
+    assert not r.modified and near(r, "not known to keep a key for every query")
+
+
+def test_a_where_mask_at_run_time_with_finfo_min_fuses():
+    text = where_mask("Where(keep, s, fill)", float(np.finfo(np.float32).min), ", bool[2,1,5,6] keep")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert "Softmax" not in ops(m)
+    keep = np.ones((2, 1, 5, 6), bool)
+    keep[1, 0, 1] = False  # a query that sees no key: spread evenly in both
+    assert_same_outputs(original, m, {"keep": keep}, **TOL)
+
+
+def test_torch_masked_fill_attention():
+    import torch
+
+    class MaskedFill(torch.nn.Module):
+        def forward(self, q, k, v):
+            s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+            causal = torch.triu(torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool), diagonal=1)
+            return torch.softmax(s.masked_fill(causal, -1e9), dim=-1) @ v
+
+    args = (torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8))
+    m, report = optimized(export(MaskedFill(), args, 23))
+    assert "Softmax" not in ops(m) and "Attention" in ops(m) and report["check"]["first_mismatch"] is None
+    m, report = optimized(export(MaskedFill(), args, 17), target="ort")
+    assert "Softmax" not in ops(m) and "MultiHeadAttention" in ops(m) and report["check"]["first_mismatch"] is None
+
+
 def test_mask_with_an_unknown_heads_dim_refuses():
     text = bhsd("s = Mul(qk, c)", ", float[N,5,6] mask", "m = Add(s, mask)", consts="float c = {0.35355339}")
     m, r, _ = fuse("fuse_attention", text, opset=23)

@@ -3,7 +3,7 @@ or (--target ort, below opset 23) com.microsoft MultiHeadAttention.
 
     s = MatMul(q, Transpose(k, [0,1,3,2]))      q, k, v: [B, H, S|T, D]
     s = Mul(s, c) | Div(s, c)                    (or q and K^T each times sqrt(c))
-    s = Add(s, mask)                             (optional, additive)
+    s = Add(s, mask)                             (optional, additive; or a Where, below)
     p = Softmax(s, axis=-1)
     p = Where(IsNaN(p), 0, p)                    (optional: torch's SDPA export)
     y = MatMul(p, v)
@@ -37,6 +37,16 @@ Scaling: s * c, s / c, q and K^T each times sqrt(c), or q alone times c
 (Swin), or K^T alone (the q side scaled before a Reshape the match does
 not see: that Mul stays). Masks: none, one, or two added one after the other (Swin's position
 bias, then in shifted blocks the windows' mask): their sum, one Add.
+
+A boolean mask may select instead of add: Where(keep, s, fill) (Flax,
+hand-written JAX) or Where(drop, fill, s) (torch's masked_fill(mask, -1e9),
+as custom models write it), with fill a constant very negative number. It
+becomes the additive mask Where(keep, 0, fill) (a constant where keep is
+one). A masked score's weight is then 0 either way; a query whose keys are
+all masked reads the same only when fill is the type's lowest value (its
+s + fill rounds to fill: an even spread in both) or -inf (see below), so
+any other fill (at most -10000) needs a constant mask that keeps a key for
+every query.
 
 Which op:
  - the opset-23 Attention for --target onnx, and for --target ort at opset 23
@@ -87,7 +97,10 @@ Refuses when:
     does more than split/merge the last dim;
  4. the mask's shape is unknown or does not fit (see above), or it needs
     expanding over an S that is neither an int nor a symbol of q's dims, or
-    expanding at all below opset 8 (Expand; 10 with a symbolic S);
+    expanding at all below opset 8 (Expand; 10 with a symbolic S); a
+    Where's condition is not boolean, or its fill is above -10000, or is
+    neither -inf nor the type's lowest value while the mask is not a
+    constant that keeps a key for every query;
  5. onnxruntime's CPU provider has no kernel for the element type
     (MultiHeadAttention: float and float16 only).
 """
@@ -138,7 +151,7 @@ def _packed(unbind: bool) -> tuple:
                  for part, n in zip(parts, "qkv"))
 
 
-def _variant(layout: str, scale: str, mask: int, guard: bool, softcap: bool = False) -> Op:
+def _variant(layout: str, scale: str, mask, guard: bool, softcap: bool = False) -> Op:
     if layout in ("packed", "packed_unbind"):
         q, k, v = _packed(layout == "packed_unbind")
         k_t = Op("Transpose", k, name="k_t", attrs={"perm": [0, 1, 3, 2]})
@@ -175,7 +188,11 @@ def _variant(layout: str, scale: str, mask: int, guard: bool, softcap: bool = Fa
     if softcap:  # Gemma 2: c * tanh(s / c), before the mask as Attention's softcap
         s = Op("Div", s, Const("cap_in"), name="capped_in")
         s = Op("Mul", Op("Tanh", s, name="capped"), Const("cap_out"), name="softcapped", commutative=True)
-    if mask:
+    if mask == "keep":
+        s = Op("Where", Var("keep"), s, Const("fill", scalar=True), name="masked")
+    elif mask == "drop":
+        s = Op("Where", Var("drop"), Const("fill", scalar=True), s, name="masked")
+    elif mask:
         s = Op("Add", s, Var("mask"), name="masked", commutative=True)
     if mask == 2:  # a second one (Swin: the position bias, then the shifted windows' mask)
         s = Op("Add", s, Var("mask2"), name="masked2", commutative=True)
@@ -201,7 +218,7 @@ class FuseAttention(Rule):
         # The 3-d and sequence-first layouts first: they take the head split and merge along.
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
             ("3d_past", "3d", "3d_heads_t", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k", "unit_k"),
-            (2, 1, 0),
+            (2, 1, "keep", "drop", 0),
             ("mul", "div", "both", "q", "k", "none"), (True, False))] + [
             _variant("bhsd", scale, mask, guard, softcap=True)  # Gemma 2's heads are 4-d (rotary)
             for mask, scale, guard in itertools.product((1, 0), ("mul", "div", "none"), (True, False))]
@@ -237,11 +254,15 @@ class FuseAttention(Rule):
                 return f"MultiHeadAttention on 4-d heads needs their count and sizes known (q {q}, v {v})"
             if v[1] != bhst[1]:  # Falcon's one key/value head, which MatMul broadcasts
                 return f"MultiHeadAttention takes as many key/value heads as query heads ({v[1]}, not {bhst[1]})"
-        if "mask" in m:
+        if _has_mask(m):
             why = _mask_reason(_mask_dims(m), bhst, _query_count(m, bhst[2]) is not None)
             if why:
                 return why
-            if m.dtype("mask") != _dtype(m) or ("mask2" in m and m.dtype("mask2") != _dtype(m)):
+            why = _where_reason(m) if "fill" in m else None
+            if why:
+                return why
+            if m.dtype("fill" if "fill" in m else "mask") != _dtype(m) or (
+                    "mask2" in m and m.dtype("mask2") != _dtype(m)):
                 return "the mask's element type is not the inputs'"
             to = _mask_target(m, op, bhst[2])
             needs = 8 if to is None or all(isinstance(d, int) for d in to) else 10  # Slice of a Shape
@@ -286,8 +307,8 @@ class FuseAttention(Rule):
             attrs.update(num_heads=h)
         elif _three_d(m):  # 3-d inputs: the heads are the op's to split
             attrs.update(q_num_heads=h, kv_num_heads=h)
-        if "mask" in m:
-            mask, to = m["mask"], _mask_target(m, op, s)
+        if _has_mask(m):
+            mask, to = (_additive(m, edit) if "fill" in m else m["mask"]), _mask_target(m, op, s)
             if "mask2" in m:
                 (mask,) = edit.node("Add", [mask, m["mask2"]], hint=f"{mask.name}_masks")
             if op == "Attention" and not _sum_above_lowest(m):
@@ -372,7 +393,7 @@ def _state_output_type(m: Match, edit: Edit, y, b, s, h) -> None:
 
 def _float_dtype(m: Match):
     """The mask's numpy float type, or None (not a float the kernels take)."""
-    code = m.dtype("mask")
+    code = m.dtype("fill" if "fill" in m else "mask")
     return np.dtype(helper.tensor_dtype_to_np_dtype(code)).type if code in (1, 10, 11) else None  # float, half, double
 
 
@@ -539,8 +560,71 @@ def _dtype(m: Match) -> int:
     return 0
 
 
+def _has_mask(m: Match) -> bool:
+    return "mask" in m or "fill" in m
+
+
+def _condition(m: Match):
+    """A Where mask's boolean input: which scores it keeps, or drops."""
+    return m["keep"] if "keep" in m else m["drop"]
+
+
+def _where_reason(m: Match) -> Optional[str]:
+    """None when the Where masks as an additive mask would (see the module
+    docstring), else why not."""
+    if m.dtype("keep" if "keep" in m else "drop") != helper.np_dtype_to_tensor_dtype(np.dtype(bool)):
+        return "the Where's condition is not boolean"
+    dtype = _float_dtype(m)
+    fill = scalar_of(m.array("fill"))
+    if dtype is None or fill is None:
+        return "the Where's fill is not a float scalar"
+    if fill == -np.inf or fill == np.finfo(dtype).min:
+        return None
+    if fill > -1e4:
+        return f"the Where's fill {fill} is not a masking value (at most -10000)"
+    if not _keeps_a_key(_condition(m), "keep" in m):
+        return (f"the Where's fill {fill} is neither -inf nor the type's lowest value, and its mask is not known "
+                f"to keep a key for every query")
+    return None
+
+
+def _keeps_a_key(cond, keep: bool) -> bool:
+    """Whether the Where's condition keeps at least one key (last axis) for
+    every query: a constant that does, or a causal mask, Trilu of all True
+    (lower with k >= 0 keeping, or upper with k >= 1 dropping: key 0 is
+    always kept)."""
+    if cond.initializer is not None and not cond.is_graph_input:
+        kept = cond.initializer.numpy()
+        return bool(np.all(np.any(kept if keep else ~kept, axis=-1)))
+    p = cond.producer
+    if p is None or p.op_type != "Trilu" or p.domain:
+        return False
+    k = constant_ints(p.inputs[1]) if len(p.inputs) > 1 and p.inputs[1] is not None else [0]
+    upper = p.attributes.get("upper", 1)
+    if k is None or len(k) != 1 or not (k[0] >= 0 and not upper if keep else k[0] >= 1 and upper):
+        return False
+    source = p.inputs[0]
+    if source.producer is not None and source.producer.op_type == "Expand" and not source.producer.domain:
+        source = source.producer.inputs[0]
+    return source.initializer is not None and not source.is_graph_input and bool(np.all(source.initializer.numpy()))
+
+
+def _additive(m: Match, edit: Edit):
+    """The Where's mask as one to add: 0 where it keeps, fill elsewhere."""
+    cond, fill = _condition(m), m.array("fill").reshape(())
+    zero = np.zeros((), fill.dtype)
+    branches = (zero, fill) if "keep" in m else (fill, zero)  # Where's "true" and "false" values
+    if cond.initializer is not None and not cond.is_graph_input:
+        return edit.constant(np.where(cond.initializer.numpy(), *branches).astype(fill.dtype), f"{cond.name}_additive")
+    names = ("mask_zero", "mask_fill") if "keep" in m else ("mask_fill", "mask_zero")
+    made = [edit.constant(b, name) for b, name in zip(branches, names)]
+    return edit.node("Where", [cond, *made], hint=f"{cond.name}_additive")[0]
+
+
 def _mask_dims(m: Match) -> Optional[list]:
     """The mask's dims, or the two masks' broadcast."""
+    if "fill" in m:
+        return dims(_condition(m))
     if "mask2" not in m:
         return dims(m["mask"])
     a, b = dims(m["mask"]), dims(m["mask2"])
