@@ -15,6 +15,7 @@ from pyonnxopt.fusion.rules.fuse_gelu import FuseGelu
 from pyonnxopt.fusion.rules.fuse_gemm_batchnorm import FuseGemmBatchnorm
 from pyonnxopt.fusion.rules.fuse_hard_swish import FuseHardSwish
 from pyonnxopt.fusion.rules.fuse_layer_normalization import FuseLayerNormalization
+from pyonnxopt.fusion.rules.fuse_masked_softmax import FuseMaskedSoftmax
 from pyonnxopt.fusion.rules.fuse_matmul_add_into_gemm import FuseMatmulAddIntoGemm
 from pyonnxopt.fusion.rules.fuse_matmul_scale import FuseMatmulScale
 from pyonnxopt.fusion.rules.fuse_partial_rotary import FusePartialRotary
@@ -44,6 +45,7 @@ BUILTIN_RULES: list = [
     FuseConvInputScale(),  # takes a Mul an activation's pattern may end in: after them, and after_fusions
     FuseMatmulScale(),  # takes the Mul Attention's pattern reads its scale from: after_fusions
     CancelReshapesAroundAdd(),  # Swin's shifted-window mask, so that its attention fuses
+    FuseMaskedSoftmax(),  # jax2onnx's renormalized mask as torch writes it, so that its attention fuses
     FuseAttention(),
     FusePartialRotary(),  # Phi's partial rotary: one RotaryEmbedding, for the next
     FuseRotaryHeads(),  # the head split after the rotary embedding, for the next
