@@ -169,6 +169,8 @@ def test_two_constant_masks_need_the_step_up_only_where_they_can_reach_finfo_min
     assert_same_outputs(original, m, **TOL)
 
 CAUSAL = np.tril(np.ones((5, 6), bool))  # every query keeps key 0
+RUN_TIME_LENGTHS = ("sq = Shape <start = 2, end = 3> (q)  sk = Shape <start = 2, end = 3> (k)"
+                    "  shape = Concat <axis = 0> (sq, sk)")
 
 
 def where_mask(select: str, fill: float, cond_in: str = "", cond: str = "", consts: str = "") -> str:
@@ -194,8 +196,8 @@ def test_a_where_mask_with_a_constant_causal_condition(select, fill):
 def test_a_where_mask_of_a_causal_trilu_at_run_time(select, upper, k):
     name = "keep" if upper == 0 else "drop"
     # jnp.tril(jnp.ones((s, t), bool)) with the lengths read at run time
-    cond = ("sq = Shape <start = 2, end = 3> (q)  sk = Shape <start = 2, end = 3> (k)  shape = Concat <axis = 0> (sq, sk)"
-            f"  ones = Expand(yes, shape)  {name} = Trilu <upper = {upper}> (ones, kk)")
+    cond = (RUN_TIME_LENGTHS
+            + f"  ones = Expand(yes, shape)  {name} = Trilu <upper = {upper}> (ones, kk)")
     text = where_mask(select, -1e9, cond=cond, consts=f", bool yes = {{1}}, int64 kk = {{{k}}}")
     m, r, original = fuse("fuse_attention", text, opset=23)
     assert "Softmax" not in ops(m) and ops(m)[-2:] == ["Where", "Attention"]
@@ -212,8 +214,8 @@ def test_a_where_mask_that_may_not_mask_the_same_refuses(fill, cond_in, why):
 
 
 def test_a_where_mask_of_a_trilu_that_drops_the_first_key_refuses():
-    cond = ("sq = Shape <start = 2, end = 3> (q)  sk = Shape <start = 2, end = 3> (k)  shape = Concat <axis = 0> (sq, sk)"
-            "  ones = Expand(yes, shape)  keep = Trilu <upper = 0> (ones, kk)")
+    cond = (RUN_TIME_LENGTHS
+            + "  ones = Expand(yes, shape)  keep = Trilu <upper = 0> (ones, kk)")
     text = where_mask("Where(keep, s, fill)", -1e9, cond=cond, consts=", bool yes = {1}, int64 kk = {-1}")
     m, r, _ = fuse("fuse_attention", text, opset=23)
     assert not r.modified and near(r, "not known to keep a key for every query")

@@ -299,7 +299,8 @@ SCORES = """g (float[2,5,8] x, float[2,2,OTHER] other) => (float[2,2,5,5] y) {
 
 def scores(scale="Div(s, k)", left="q", right="kt", k=np.array(2.0, np.float32), outputs=""):
     text = SCORES.replace("SCALE", scale).replace("LEFT", left).replace("RIGHT", right)
-    text = text.replace("OTHER", "5,4" if left == "other" else "4,5").replace("float[2,2,5,5] y)", f"float[2,2,5,5] y{outputs})")
+    text = text.replace("OTHER", "5,4" if left == "other" else "4,5")
+    text = text.replace("float[2,2,5,5] y)", f"float[2,2,5,5] y{outputs})")
     return with_weights(text, **rng_weights(wq=(8, 8), wk=(8, 8)), k=k, heads=np.array([2, 5, 2, 4], np.int64))
 
 
