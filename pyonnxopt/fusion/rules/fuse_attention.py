@@ -40,13 +40,12 @@ bias, then in shifted blocks the windows' mask): their sum, one Add.
 
 A boolean mask may select instead of add: Where(keep, s, fill) (Flax,
 hand-written JAX) or Where(drop, fill, s) (torch's masked_fill(mask, -1e9),
-as custom models write it), with fill a constant very negative number. It
-becomes the additive mask Where(keep, 0, fill) (a constant where keep is
-one). A masked score's weight is then 0 either way; a query whose keys are
-all masked reads the same only when fill is the type's lowest value (its
-s + fill rounds to fill: an even spread in both) or -inf (see below), so
-any other fill (at most -10000) needs a constant mask that keeps a key for
-every query.
+as custom models write it), with fill a constant of at most -10000. It
+becomes the additive mask Where(keep, 0, L) (a constant where keep is one),
+L the type's lowest value (or -inf where fill is -inf). A masked score's
+weight is 0 either way (e^-10000 is 0 in every float type), and a query
+whose keys are all masked spreads evenly over them in both: the original's
+scores are all fill, the fused op's s + L all round to L.
 
 Which op:
  - the opset-23 Attention for --target onnx, and for --target ort at opset 23
@@ -98,9 +97,7 @@ Refuses when:
  4. the mask's shape is unknown or does not fit (see above), or it needs
     expanding over an S that is neither an int nor a symbol of q's dims, or
     expanding at all below opset 8 (Expand; 10 with a symbolic S); a
-    Where's condition is not boolean, or its fill is above -10000, or is
-    neither -inf nor the type's lowest value while the mask is not a
-    constant that keeps a key for every query;
+    Where's condition is not boolean, or its fill is above -10000;
  5. onnxruntime's CPU provider has no kernel for the element type
     (MultiHeadAttention: float and float16 only).
 """
@@ -574,45 +571,20 @@ def _where_reason(m: Match) -> Optional[str]:
     docstring), else why not."""
     if m.dtype("keep" if "keep" in m else "drop") != helper.np_dtype_to_tensor_dtype(np.dtype(bool)):
         return "the Where's condition is not boolean"
-    dtype = _float_dtype(m)
     fill = scalar_of(m.array("fill"))
-    if dtype is None or fill is None:
+    if _float_dtype(m) is None or fill is None:
         return "the Where's fill is not a float scalar"
-    if fill == -np.inf or fill == np.finfo(dtype).min:
-        return None
     if fill > -1e4:
         return f"the Where's fill {fill} is not a masking value (at most -10000)"
-    if not _keeps_a_key(_condition(m), "keep" in m):
-        return (f"the Where's fill {fill} is neither -inf nor the type's lowest value, and its mask is not known "
-                f"to keep a key for every query")
     return None
 
 
-def _keeps_a_key(cond, keep: bool) -> bool:
-    """Whether the Where's condition keeps at least one key (last axis) for
-    every query: a constant that does, or a causal mask, Trilu of all True
-    (lower with k >= 0 keeping, or upper with k >= 1 dropping: key 0 is
-    always kept)."""
-    if cond.initializer is not None and not cond.is_graph_input:
-        kept = cond.initializer.numpy()
-        return bool(np.all(np.any(kept if keep else ~kept, axis=-1)))
-    p = cond.producer
-    if p is None or p.op_type != "Trilu" or p.domain:
-        return False
-    k = constant_ints(p.inputs[1]) if len(p.inputs) > 1 and p.inputs[1] is not None else [0]
-    upper = p.attributes.get("upper", 1)
-    if k is None or len(k) != 1 or not (k[0] >= 0 and not upper if keep else k[0] >= 1 and upper):
-        return False
-    source = p.inputs[0]
-    if source.producer is not None and source.producer.op_type == "Expand" and not source.producer.domain:
-        source = source.producer.inputs[0]
-    return source.initializer is not None and not source.is_graph_input and bool(np.all(source.initializer.numpy()))
-
-
 def _additive(m: Match, edit: Edit):
-    """The Where's mask as one to add: 0 where it keeps, fill elsewhere."""
+    """The Where's mask as one to add: 0 where it keeps, the type's lowest
+    value elsewhere (-inf where fill is -inf)."""
     cond, fill = _condition(m), m.array("fill").reshape(())
     zero = np.zeros((), fill.dtype)
+    fill = fill if np.isneginf(fill) else np.array(np.finfo(fill.dtype).min, fill.dtype)
     branches = (zero, fill) if "keep" in m else (fill, zero)  # Where's "true" and "false" values
     if cond.initializer is not None and not cond.is_graph_input:
         return edit.constant(np.where(cond.initializer.numpy(), *branches).astype(fill.dtype), f"{cond.name}_additive")
