@@ -23,8 +23,10 @@ from pyonnxopt.fusion.rules.fuse_pad_into_conv import FusePadIntoConv
 from pyonnxopt.fusion.rules.fuse_quick_gelu import FuseQuickGelu
 from pyonnxopt.fusion.rules.fuse_rms_normalization import FuseRmsNormalization
 from pyonnxopt.fusion.rules.fuse_rotary_heads import FuseRotaryHeads
+from pyonnxopt.fusion.rules.lower_einsum import LowerEinsum
 
 BUILTIN_RULES: list = [
+    LowerEinsum(),  # matrix products spelled as Einsum: MatMuls for every rule after it
     # Conv/Gemm/Pad folding (wt-convs): padding first, then BatchNormalization,
     # then the per-channel Mul/Add it may leave, then MatMul+Add into Gemm;
     # with --target ort, the activation (and residual) into a FusedConv last.
