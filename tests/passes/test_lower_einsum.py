@@ -5,7 +5,6 @@ Einsum against MatMul, rtol = atol = 1e-5."""
 import io
 import math
 
-import numpy as np
 import onnx
 import pytest
 
