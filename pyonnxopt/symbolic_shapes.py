@@ -19,7 +19,9 @@ so one walk in topological order tracks:
   through Shape, Gather, Slice, Concat, (Un)Squeeze, Reshape to a vector,
   Identity, Cast to int64, Add/Sub of dims and ints, Mul by an int, exact
   Div of ints, Equal, Where, integer ConstantOfShape, Constant and
-  initializers;
+  initializers; Max/Min of equal entries or ints, and ReduceProd of a whole
+  vector of ints and dims (tf2onnx's flattened batch dims, a product kept
+  as in rule 3);
 * each value's dims: the inferred ones where they are an int or a symbol
   that is not one of onnx's generated unk__ names, else what the op gives from its inputs'
   dims (Range, Expand, ConstantOfShape, Reshape, Slice, Concat, Split,
@@ -276,7 +278,7 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
             out.append(x[j] if x is not None and j < len(x) and (_symbolic(x[j]) or _internal(x[j])) else None)
         elif isinstance(e, int) and e == -1:
             out.append(-1)
-        elif (isinstance(e, int) and e >= 0) or _is_symbol(e) or _generated(e):
+        elif (isinstance(e, int) and e >= 0) or _is_symbol(e) or _generated(e) or isinstance(e, Product):
             out.append(e)
         else:
             out.append(None)
@@ -487,6 +489,10 @@ class _Walk:
             self._elementwise(op, vals[0], vals[1], out)
         elif op == "Where" and len(vals) == 3 and all(vals):
             self._where(vals, out)
+        elif op in ("Max", "Min") and len(vals) == 2 and vals[0] and vals[1]:
+            self._extreme(op, vals[0], vals[1], out)
+        elif op == "ReduceProd" and vals[0] and not vals[0][1] and len(vals) == 1 and "axes" not in attrs:
+            self._product_of(vals[0][0], out, keepdims=attrs["keepdims"].i if "keepdims" in attrs else 1)
 
     def _filled(self, out, shape: list, value) -> None:
         """ConstantOfShape of an integer or boolean value (its default is a
@@ -509,6 +515,34 @@ class _Walk:
         ea, eb = (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb)
         res = [_binary(op, x, y) for x, y in zip(ea, eb)]
         self.values[out] = (res, sa and sb)
+
+    def _extreme(self, op, a, b, out) -> None:
+        """Max/Min of two shape vectors (tf2onnx's broadcast of two batch
+        shapes): entries equal, or both ints."""
+        (ea, sa), (eb, sb) = a, b
+        if len(ea) != len(eb):
+            return
+        pick = max if op == "Max" else min
+        res = [x if x == y and x is not None else pick(x, y) if isinstance(x, int) and isinstance(y, int) else None
+               for x, y in zip(ea, eb)]
+        self.values[out] = (res, sa and sb)
+
+    def _product_of(self, entries: list, out, keepdims: int) -> None:
+        """ReduceProd of a whole shape vector (tf2onnx's flattened batch
+        dims) whose entries are ints, dims' names or such products."""
+        if not all(isinstance(e, (int, Product)) or _is_symbol(e) for e in entries):
+            return
+        whole = _product(entries)
+        if whole is None:
+            return
+        c, syms = whole
+        if not syms:
+            product = c
+        elif c == 1 and sum(syms.values()) == 1:
+            product = next(iter(syms))
+        else:
+            product = Product(c, syms)
+        self.values[out] = ([product], not keepdims)
 
     def _where(self, vals, out) -> None:
         (c, sc), (x, sx), (y, sy) = vals
