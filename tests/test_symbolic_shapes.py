@@ -709,42 +709,37 @@ def test_generated_names_linked_both_ways_make_no_cycle():
     assert walk.linked("unk__1") == walk.linked("unk__2")
 
 
+# x's and z's first two dims (bx, bz) and the product of x's (n)
+LEADING_DIMS = """sx = Shape(x)  sz = Shape(z)  lead = Constant <value = int64[2] {0, 1}> ()
+        bx = Gather(sx, lead)  bz = Gather(sz, lead)  n = ReduceProd(bx)"""
+
+
 def test_tf2onnx_flattened_batch_dims_reduce_prod_and_max():
     # tf2onnx's einsum lowering: Reshape(x, [ReduceProd(shape[:2]), -1, 16]) with the
     # batch dims broadcast as Max(shape_a[:2], shape_b[:2])
-    m, _ = run_pass("infer_shapes", """g (float[B,4,8,16] x, float[B,4,8,16] z) => (float[B,4,8,16] y) {
-        sx = Shape(x)
-        sz = Shape(z)
-        lead = Constant <value = int64[2] {0, 1}> ()
-        bx = Gather(sx, lead)
-        bz = Gather(sz, lead)
-        n = ReduceProd(bx)
-        rest = Constant <value = int64[2] {-1, 16}> ()
+    m, _ = run_pass("infer_shapes", f"""g (float[B,4,8,16] x, float[B,4,8,16] z) => (float[B,4,8,16] y) {{
+        {LEADING_DIMS}
+        rest = Constant <value = int64[2] {{-1, 16}}> ()
         flat = Concat <axis = 0> (n, rest)
         f = Reshape(x, flat)
         b = Max(bx, bz)
-        tail = Constant <value = int64[2] {8, 16}> ()
+        tail = Constant <value = int64[2] {{8, 16}}> ()
         back = Concat <axis = 0> (b, tail)
         y = Reshape(f, back)
-    }""")
+    }}""")
     assert shape_of(m, "f")[1:] == [8, 16]  # 4*B first: no name for it, but -1 is worked out
     assert shape_of(m, "y") == ["B", 4, 8, 16]
 
 
 def test_a_product_of_two_symbols_or_a_max_of_different_ones_stays_unknown():
-    m, _ = run_pass("infer_shapes", """g (float[B,S,16] x, float[C,S,16] z) => (float y, float w) {
-        sx = Shape(x)
-        sz = Shape(z)
-        lead = Constant <value = int64[2] {0, 1}> ()
-        bx = Gather(sx, lead)
-        bz = Gather(sz, lead)
-        n = ReduceProd(bx)
-        rest = Constant <value = int64[1] {-1}> ()
+    m, _ = run_pass("infer_shapes", f"""g (float[B,S,16] x, float[C,S,16] z) => (float y, float w) {{
+        {LEADING_DIMS}
+        rest = Constant <value = int64[1] {{-1}}> ()
         flat = Concat <axis = 0> (n, rest)
         f = Reshape(x, flat)
         y = ReduceSum <keepdims = 0> (f)
         b = Max(bx, bz)
         e = ConstantOfShape(b)
         w = ReduceSum <keepdims = 0> (e)
-    }""", full_check=False)
+    }}""", full_check=False)
     assert unknown(shape_of(m, "f")[0]) and unknown(shape_of(m, "e")[0]) and shape_of(m, "e")[1] == "S"

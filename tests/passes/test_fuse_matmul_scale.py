@@ -284,7 +284,6 @@ def test_a_keys_scale_with_a_query_read_elsewhere_stays():
     assert not r.modified and ops(m) == ["MatMul", "Mul", "MatMul"]
 
 
-
 SCORES = """g (float[2,5,8] x, float[2,2,OTHER] other) => (float[2,2,5,5] y) {
     pq = MatMul(x, wq)
     hq = Reshape(pq, heads)
