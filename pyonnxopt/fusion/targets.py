@@ -31,6 +31,7 @@ RUNS_ON_CPU = {
     ("", "RMSNormalization"): {_F32, _F16, _F64},
     ("", "Attention"): {_F32, _F16, _F64},
     ("", "HardSwish"): {_F32, _F16},
+    ("", "MatMul"): {_F32, _F16, _F64},  # lower_einsum's (integer Einsums stay: MatMul has no 8-bit types)
     (MS_DOMAIN, "Gelu"): {_F32, _F16},
     (MS_DOMAIN, "FastGelu"): {_F32, _F16, _F64},
     (MS_DOMAIN, "FusedConv"): {_F32, _F16},

@@ -17,6 +17,7 @@ FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
 CASES = {
     "Gelu": ([[2, 3, 8]], {}),
     "HardSwish": ([[2, 3, 8]], {}),
+    "MatMul": ([[2, 3, 8], [8, 4]], {}),
     "LayerNormalization": ([[2, 3, 8], [8], [8]], {}),
     "RMSNormalization": ([[2, 3, 8], [8]], {}),
     "Attention": ([[2, 4, 5, 8]] * 3, {}),

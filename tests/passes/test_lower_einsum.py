@@ -55,6 +55,12 @@ def test_what_is_no_matrix_product_stays(equation, a, b, y, why):
     assert not r.modified and ops(m) == ["Einsum"] and near(r, why)
 
 
+def test_an_integer_einsum_stays():
+    text = einsum("bij,bjk->bik", "[2,4,5]", "[2,5,7]", "[2,4,7]").replace("float", "int8")
+    m, r, _ = fuse(RULE, text, opset=17)
+    assert not r.modified and near(r, "MatMul on int8: onnxruntime's CPU provider has no kernel")
+
+
 def test_a_batch_dim_that_may_broadcast_stays():
     m, r, _ = fuse(RULE, einsum("bij,bjk->bik", "[N,4,5]", "[M,5,7]", "[N,4,7]"), opset=17, full_check=False)
     assert not r.modified and near(r, "batch index 'b' has dims N and M, not known to be equal")

@@ -25,7 +25,9 @@ Refuses when:
     empty (a matrix-vector or outer product), or both are several;
  3. a batch index's dims are not known to be equal in both operands
     (Einsum does not broadcast them; MatMul would);
- 4. the opset is below 12 (Einsum itself).
+ 4. the opset is below 12 (Einsum itself);
+ 5. onnxruntime's CPU provider has no MatMul for the element type (an
+    integer Einsum: MatMul has no 8-bit types at all).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Optional
 
 from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
+from pyonnxopt.fusion.targets import dtype_reason
 from pyonnxopt.fusion.values import dims, same_dim
 
 
@@ -47,7 +50,7 @@ class LowerEinsum(Rule):
 
     def check(self, m: Match) -> Optional[str]:
         plan = _plan(m)
-        return plan if isinstance(plan, str) else None
+        return plan if isinstance(plan, str) else dtype_reason("", "MatMul", m.dtype("a"))
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         a_perm, b_perm, out_perm, swapped = _plan(m)
