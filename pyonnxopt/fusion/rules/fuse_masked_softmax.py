@@ -24,7 +24,7 @@ Refuses when:
  3. the mask is neither a Cast of a boolean to the scores' type nor a
     constant of 0s and 1s;
  4. a constant is not its value: the Greater's and the result's 0;
- 5. the element type has no -inf (not a float).
+ 5. the scores are not float16, float or double.
 """
 
 from __future__ import annotations
@@ -67,9 +67,8 @@ class FuseMaskedSoftmax(Rule):
         if axes is None or len(axes) != 1 or not _last_axis(axes[0], rank):
             return f"the ReduceSum is over axes {axes}, not the last"
         dtype = m.dtype("scores")
-        if dtype not in (helper.TensorProto.FLOAT, helper.TensorProto.FLOAT16, helper.TensorProto.DOUBLE,
-                         helper.TensorProto.BFLOAT16):
-            return "the scores are not floats (no -inf to mask with)"
+        if dtype not in (helper.TensorProto.FLOAT, helper.TensorProto.FLOAT16, helper.TensorProto.DOUBLE):
+            return "the scores are not float16, float or double"
         if "keep" in m:
             if m.dtype("keep") != helper.TensorProto.BOOL or m["mask"].attributes.get("to") != dtype:
                 return "the mask is not a Cast of a boolean to the scores' type"
