@@ -55,8 +55,11 @@ def session(model_source, external_folder: Optional[str] = None):
 # Sizes for unknown dims past an input's first axis, tried in turn until the
 # original runs: 1 first (cheap), then enough for a ViT's 16x16 patches, a
 # GoogLeNet's five halvings or a wav2vec2 feature extractor (400 samples);
-# 224 and 384 are the image sizes whose position tables ViTs are made with.
-CHECK_SIZES = (1, 32, 224, 384, 1024)
+# the others are the image sizes models are trained at, whose position
+# tables a ViT's input must match (64 and 128 for small ones, 224, 256,
+# 384 and 512, SAM's 1024). A size that does not fit fails early, at the
+# stem or the first Add of the positions: the ladder costs little.
+CHECK_SIZES = (1, 32, 64, 128, 224, 256, 384, 512, 1024)
 
 
 # One generated input; past it, --check-inputs. An image input with all four
