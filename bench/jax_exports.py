@@ -127,10 +127,10 @@ def _models():
     }
 
 
-def export(names, opsets) -> list:
+def export(models: dict, names, opsets) -> list:
     from jax2onnx import to_onnx
 
-    models, paths = _models(), []
+    paths = []
     for name in names:
         make, inputs = models[name]
         for opset in opsets:
@@ -145,13 +145,11 @@ def nodes(path: str):
     """Nodes, those of subgraphs included; None when nothing was written."""
     import onnx
 
+    from pyonnxopt.proto_graphs import graphs
+
     if not os.path.exists(path):
         return None
-
-    def count(g):
-        return sum(1 + sum(count(a.g) + sum(count(s) for s in a.graphs) for a in n.attribute) for n in g.node)
-
-    return count(onnx.load(path, load_external_data=False).graph)
+    return sum(len(g.node) for g in graphs(onnx.load(path, load_external_data=False).graph))
 
 
 def optimized(path: str, variant: str):
@@ -184,14 +182,15 @@ def main(argv=None) -> int:
     except ImportError as e:
         print(f"error: {e.name} is not installed: pip install jax flax jax2onnx", file=sys.stderr)
         return 2
-    names = [n for n in args.models.split(",") if n] or list(_models())
-    unknown = sorted(set(names) - set(_models()))
+    models = _models()
+    names = [n for n in args.models.split(",") if n] or list(models)
+    unknown = sorted(set(names) - set(models))
     if unknown:
-        print(f"error: --models: unknown {', '.join(unknown)} (known: {', '.join(_models())})", file=sys.stderr)
+        print(f"error: --models: unknown {', '.join(unknown)} (known: {', '.join(models)})", file=sys.stderr)
         return 2
     os.makedirs(OUT, exist_ok=True)
     rows = []
-    for path in export(names, [int(o) for o in args.opsets.split(",")]):
+    for path in export(models, names, [int(o) for o in args.opsets.split(",")]):
         row = {"model": os.path.basename(path)[:-5], "export": nodes(path)}
         row.update({v: optimized(path, v) for v in VARIANTS})
         row.update({t: peer(path, t) for t in ("onnxslim", "onnxsim")})

@@ -336,11 +336,10 @@ def _merged(type_proto, value, aliases: Mapping, computed: bool = False) -> None
             d.dim_param = old
 
 
-def _shape_list(type_proto) -> Optional[list]:
-    """A tensor TypeProto's dims as the IR lists them (None: no shape)."""
-    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in type_proto.tensor_type.shape.dim]
+def _same_rank(type_proto, shape: Optional[list]) -> bool:
+    """Whether inference gave a shape, of `shape`'s rank where that is known."""
+    inferred = symbolic_shapes.dims_of(type_proto)
+    return inferred is not None and (shape is None or len(shape) == len(inferred))
 
 
 def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bool = False) -> int:
@@ -354,13 +353,12 @@ def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bo
             continue
         if v.is_graph_output and not update_outputs and not branch:
             continue
-        before, inferred = v.type.get("shape"), _shape_list(vi.type)
+        before = v.type.get("shape")
         # a branch output the branch computes, whose inferred shape has the declared rank
-        computed = branch and v.is_graph_output and v.producer is not None and inferred is not None \
-            and (before is None or len(before) == len(inferred))
+        computed = branch and v.is_graph_output and v.producer is not None and _same_rank(vi.type, before)
         _merged(vi.type, v, aliases, computed)
         if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _renames(vi.type, v, aliases) \
-                or (computed and _shape_list(vi.type) != before):
+                or (computed and symbolic_shapes.dims_of(vi.type) != before):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1
     # Subgraphs: nodes correspond one to one, in order; bodies by attribute

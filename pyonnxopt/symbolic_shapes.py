@@ -106,7 +106,7 @@ def _is_symbol(d) -> bool:
     return isinstance(d, str) and d != "" and not d.startswith(_GENERATED)
 
 
-def _dims_of(type_proto) -> Optional[list]:
+def dims_of(type_proto) -> Optional[list]:
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
         return None
     out = []
@@ -290,15 +290,18 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
         whole = _product(x) if x is not None else None
         part = _product([d for j, d in enumerate(out) if j != i])
         if whole and part and part[0] != 0 and whole[0] % part[0] == 0 and not (part[1] - whole[1]):
-            rest = whole[1] - part[1]
-            c = whole[0] // part[0]
-            if not rest:
-                out[i] = c
-            elif c == 1 and sum(rest.values()) == 1:
-                out[i] = next(iter(rest))
-            else:
-                out[i] = Product(c, rest)
+            out[i] = _product_dim(whole[0] // part[0], whole[1] - part[1])
     return out
+
+
+def _product_dim(factor: int, symbols: Counter):
+    """factor * the symbols' product as the walk keeps a dim: an int, one
+    symbol, or a Product."""
+    if not symbols:
+        return factor
+    if factor == 1 and sum(symbols.values()) == 1:
+        return next(iter(symbols))
+    return Product(factor, symbols)
 
 
 class _Walk:
@@ -309,9 +312,9 @@ class _Walk:
         self.values = {}   # name -> (entries, scalar)
         self.input_names = {v.name for v in graph.input}
         self.output_names = {v.name for v in graph.output}
-        self.input_symbols = {d for v in graph.input for d in (_dims_of(v.type) or []) if _is_symbol(d)}
+        self.input_symbols = {d for v in graph.input for d in (dims_of(v.type) or []) if _is_symbol(d)}
         # tf2onnx declares unknown input dims as unk__N: the model's own names, stable across inferences
-        self.declared_generated = frozenset(d for v in graph.input for d in (_dims_of(v.type) or []) if _generated(d))
+        self.declared_generated = frozenset(d for v in graph.input for d in (dims_of(v.type) or []) if _generated(d))
         self._computed_as: dict = {}  # an output's name for a dim -> the symbols the walk computed for it
         self.links: dict = {}  # a generated name -> one it was proven equal to (rule 9)
         self.generated_names: dict = {}  # a sum or product the walk keeps -> the generated name onnx gave it
@@ -319,7 +322,7 @@ class _Walk:
             if g is not graph:
                 self.input_names |= {v.name for v in g.input}
             for v in list(g.input) + list(g.value_info) + list(g.output):
-                d = _dims_of(v.type)
+                d = dims_of(v.type)
                 if d is not None and v.name not in self.dims:
                     self.dims[v.name] = [self.aliases.get(e, e) if isinstance(e, str) else e for e in d]
             for t in g.initializer:
@@ -533,16 +536,8 @@ class _Walk:
         if not all(isinstance(e, (int, Product)) or _is_symbol(e) for e in entries):
             return
         whole = _product(entries)
-        if whole is None:
-            return
-        c, syms = whole
-        if not syms:
-            product = c
-        elif c == 1 and sum(syms.values()) == 1:
-            product = next(iter(syms))
-        else:
-            product = Product(c, syms)
-        self.values[out] = ([product], not keepdims)
+        if whole is not None:
+            self.values[out] = ([_product_dim(*whole)], not keepdims)
 
     def _where(self, vals, out) -> None:
         (c, sc), (x, sx), (y, sy) = vals
@@ -817,11 +812,11 @@ def refine(graph, aliases: Optional[dict] = None) -> int:
     not graph inputs or outputs); returns how many. The
     output dim names rule 8 found are put in `aliases` (name -> symbol),
     and no value_info entry keeps one."""
-    inputs = {d for v in graph.input for d in (_dims_of(v.type) or [])}
-    own = {d for v in graph.output for d in (_dims_of(v.type) or []) if _is_symbol(d) and d not in inputs}
+    inputs = {d for v in graph.input for d in (dims_of(v.type) or [])}
+    own = {d for v in graph.output for d in (dims_of(v.type) or []) if _is_symbol(d) and d not in inputs}
     every = graphs(graph)
     infos = {v.name: v for g in every for v in g.value_info}
-    if not own and not any(_dims_of(v.type) is None or not all(map(_known, _dims_of(v.type)))
+    if not own and not any(dims_of(v.type) is None or not all(map(_known, dims_of(v.type)))
                            for v in infos.values() if v.type.HasField("tensor_type")):
         return 0  # onnx left nothing unknown, no output has a name of its own: the walk could only confirm it
     walk = _Walk(graph)

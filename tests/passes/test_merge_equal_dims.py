@@ -21,18 +21,21 @@ def merge(text):
     return m, r
 
 
-RANGES = """g (float[B,S,4] x, int64[B,S] mask) => (float[S] y, int64[S] z) {
-    one = Constant <value = int64 {1}> ()
+# x's and mask's sequence length, each as a Range (ra, rb)
+TWO_RANGES = """one = Constant <value = int64 {1}> ()
     zero = Constant <value = int64 {0}> ()
     sx = Shape(x)
     a = Gather(sx, one)
     sm = Shape(mask)
     b = Gather(sm, one)
     ra = Range(zero, a, one)
-    rb = Range(zero, b, one)
+    rb = Range(zero, b, one)"""
+
+RANGES = f"""g (float[B,S,4] x, int64[B,S] mask) => (float[S] y, int64[S] z) {{
+    {TWO_RANGES}
     y = Cast <to = 1> (ra)
     z = Add(rb, rb)
-}"""
+}}"""
 
 
 def test_same_symbol_from_two_tensors_merges():
@@ -117,25 +120,18 @@ def test_second_run_changes_nothing_and_pipeline_keeps_outputs():
     assert [n.op_type for n in m.graph.nodes].count("Range") == 1
 
 
-BRANCHES = """g (float[B,S,4] x, int64[B,S] mask, bool c) => (int64[S] y) {
-    y = If (c) <then_branch = t () => (int64[S] ty) {
-        one = Constant <value = int64 {1}> ()
-        zero = Constant <value = int64 {0}> ()
-        sx = Shape(x)
-        a = Gather(sx, one)
-        sm = Shape(mask)
-        b = Gather(sm, one)
-        ra = Range(zero, a, one)
-        rb = Range(zero, b, one)
+BRANCHES = f"""g (float[B,S,4] x, int64[B,S] mask, bool c) => (int64[S] y) {{
+    y = If (c) <then_branch = t () => (int64[S] ty) {{
+        {TWO_RANGES}
         ty = Add(ra, rb)
-    }, else_branch = e () => (int64[S] ey) {
-        one = Constant <value = int64 {1}> ()
-        zero = Constant <value = int64 {0}> ()
+    }}, else_branch = e () => (int64[S] ey) {{
+        one = Constant <value = int64 {{1}}> ()
+        zero = Constant <value = int64 {{0}}> ()
         sm = Shape(mask)
         b = Gather(sm, one)
         ey = Range(zero, b, one)
-    }>
-}"""
+    }}>
+}}"""
 
 
 def test_the_same_dims_merge_inside_a_branch_never_across():

@@ -305,11 +305,15 @@ class FuseAttention(Rule):
         elif _three_d(m):  # 3-d inputs: the heads are the op's to split
             attrs.update(q_num_heads=h, kv_num_heads=h)
         if _has_mask(m):
-            mask, to = (_additive(m, edit) if "fill" in m else m["mask"]), _mask_target(m, op, s)
-            if "mask2" in m:
-                (mask,) = edit.node("Add", [mask, m["mask2"]], hint=f"{mask.name}_masks")
-            if op == "Attention" and not _sum_above_lowest(m):
-                mask = _without_lowest(m, edit, mask)
+            to = _mask_target(m, op, s)
+            if "fill" in m:
+                mask = _additive(m, edit, op)
+            else:
+                mask = m["mask"]
+                if "mask2" in m:
+                    (mask,) = edit.node("Add", [mask, m["mask2"]], hint=f"{mask.name}_masks")
+                if op == "Attention" and not _sum_above_lowest(m):
+                    mask = _without_lowest(m, edit, mask)
             if to is not None:
                 (mask,) = edit.node("Expand", [mask, _expand_shape(m, edit, to)], hint=f"{mask.name}_expanded")
             if op == "MultiHeadAttention":
@@ -569,7 +573,7 @@ def _condition(m: Match):
 def _where_reason(m: Match) -> Optional[str]:
     """None when the Where masks as an additive mask would (see the module
     docstring), else why not."""
-    if m.dtype("keep" if "keep" in m else "drop") != helper.np_dtype_to_tensor_dtype(np.dtype(bool)):
+    if m.dtype("keep" if "keep" in m else "drop") != helper.TensorProto.BOOL:
         return "the Where's condition is not boolean"
     fill = scalar_of(m.array("fill"))
     if _float_dtype(m) is None or fill is None:
@@ -579,12 +583,15 @@ def _where_reason(m: Match) -> Optional[str]:
     return None
 
 
-def _additive(m: Match, edit: Edit):
+def _additive(m: Match, edit: Edit, op: str):
     """The Where's mask as one to add: 0 where it keeps, the type's lowest
-    value elsewhere (-inf where fill is -inf)."""
+    value elsewhere, one step up for Attention (see _without_lowest), or
+    -inf where fill is -inf."""
     cond, fill = _condition(m), m.array("fill").reshape(())
     zero = np.zeros((), fill.dtype)
-    fill = fill if np.isneginf(fill) else np.array(np.finfo(fill.dtype).min, fill.dtype)
+    if not np.isneginf(fill):
+        lowest = np.finfo(fill.dtype).min
+        fill = np.array(np.nextafter(lowest, zero) if op == "Attention" else lowest, fill.dtype)
     branches = (zero, fill) if "keep" in m else (fill, zero)  # Where's "true" and "false" values
     if cond.initializer is not None and not cond.is_graph_input:
         return edit.constant(np.where(cond.initializer.numpy(), *branches).astype(fill.dtype), f"{cond.name}_additive")
