@@ -20,8 +20,8 @@ so one walk in topological order tracks:
   Identity, Cast to int64, Add/Sub of dims and ints, Mul by an int, exact
   Div of ints, Equal, Where, integer ConstantOfShape, Constant and
   initializers; Max/Min of equal entries or ints, and ReduceProd of a whole
-  vector of ints and dims (tf2onnx's flattened batch dims, a product kept
-  as in rule 3);
+  vector of ints and dims, generated names among them (tf2onnx's flattened
+  batch dims, its batch declared `unk__N`: a product kept as in rule 3);
 * each value's dims: the inferred ones where they are an int or a symbol
   that is not one of onnx's generated unk__ names, else what the op gives from its inputs'
   dims (Range, Expand, ConstantOfShape, Reshape, Slice, Concat, Split,
@@ -533,7 +533,7 @@ class _Walk:
     def _product_of(self, entries: list, out, keepdims: int) -> None:
         """ReduceProd of a whole shape vector (tf2onnx's flattened batch
         dims) whose entries are ints, dims' names or such products."""
-        if not all(isinstance(e, (int, Product)) or _is_symbol(e) for e in entries):
+        if not all(isinstance(e, Product) or _symbolic(e) for e in entries):
             return
         whole = _product(entries)
         if whole is not None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pyonnxopt import _core
 from pyonnxopt.fusion.rules import BUILTIN_RULES
+from pyonnxopt.fusion.rules.cancel_reshapes_around_matmul import CancelReshapesAroundMatmul
 from pyonnxopt.fusion.rules.cancel_reshapes_around_transpose import CancelReshapesAroundTranspose
 from pyonnxopt.fusion.rules.eliminate_same_shape_reshapes import EliminateSameShapeReshapes
+from pyonnxopt.fusion.rules.transpose_before_unsqueeze import TransposeBeforeUnsqueeze
 from pyonnxopt.passes.base import NativePass, Pass
 from pyonnxopt.passes.eliminate_zero_rnn_states import EliminateZeroRnnStates
 from pyonnxopt.passes.flatten_linear_rows import FlattenLinearRows
@@ -21,6 +23,7 @@ _PASSES: dict = {name: NativePass(name, description) for name, description in _c
 _PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].after_fusions = True
 for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(),
            SlicesToSplit(), MergeEqualDims(), ShareBranchConstants(), EliminateSameShapeReshapes(), CancelReshapesAroundTranspose(),
+           TransposeBeforeUnsqueeze(), CancelReshapesAroundMatmul(),
            *BUILTIN_RULES, FlattenLinearRows()):
     _PASSES[_p.name] = _p
 
@@ -30,6 +33,7 @@ DEFAULT_ORDER = [
     "simplify_algebra", "fold_constants", "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "slices_to_split",
     "optimize_transposes",
     "collapse_reshapes", "eliminate_same_shape_reshapes", "cancel_reshapes_around_transpose",
+    "transpose_before_unsqueeze", "cancel_reshapes_around_matmul",
     *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "merge_equal_dims",
     "eliminate_common_subexpressions", "share_branch_constants", "eliminate_dead_code",
 ]

@@ -11,7 +11,11 @@ Each entry of the computed shape is resolved from what the model states:
 a constant; a dim of some tensor that is a known int; a dim provably equal
 (the same int or the same symbol) to x's dim at the same position, which
 Reshape's 0 copies; and, when exactly one entry is still unknown and no -1
-is there, -1 (the one dim Reshape works out). Otherwise the Reshape stays.
+is there, -1 (the one dim Reshape works out). Where that leaves two
+unknowns, or an unknown beside a -1, an entry is the Reshape's output dim
+that shape inference (with the symbolic walk) knows as an int, the same
+for every input the model runs on: tf2onnx's `Concat(ReduceProd(batch
+dims), [-1], [16])` becomes `[-1, 8, 16]`. Otherwise the Reshape stays.
 With allowzero=1 (torch's dynamo exporter) the rewritten Reshape takes
 allowzero=0 where a 0 copies: the copied dim is the very entry the target
 held, an empty one included. The arithmetic may go through Casts to int32
@@ -28,7 +32,7 @@ import numpy as np
 
 from pyonnxopt.fusion.rule import node_id
 from pyonnxopt.fusion.values import attr_or_input, clamped_range, constant_ints, dims, one_axis_slice
-from pyonnxopt.model import Model
+from pyonnxopt.model import Model, raw_data
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
 
 _UNKNOWN = object()
@@ -117,6 +121,17 @@ def _unknown_of(v) -> Optional[list]:
     return [_UNKNOWN] * d[0]
 
 
+def _with_known_output_dims(entries: list, out_dims: Optional[list]) -> list:
+    """An entry the arithmetic leaves unknown, or a -1, is the output's dim
+    where shape inference (with the symbolic walk) knows it as an int: that
+    dim is the same for every input the model runs on. tf2onnx writes
+    `Reshape(x, Concat(ReduceProd(batch dims), [-1], [16]))`: the -1 is
+    worked out, so the product can be the -1."""
+    if out_dims is None or len(out_dims) != len(entries):
+        return entries
+    return [o if isinstance(o, int) and (not isinstance(e, int) or e == -1) else e for e, o in zip(entries, out_dims)]
+
+
 def resolve(x_dims: Optional[list], entries: list) -> tuple:
     """(constant target, None) or (None, why not)."""
     out = []
@@ -137,12 +152,22 @@ def resolve(x_dims: Optional[list], entries: list) -> tuple:
     return out, None
 
 
+def _constant(g, hint: str, shape: list, before, as_node: bool):
+    data = np.asarray(shape, np.int64)
+    if not as_node:
+        return g.add_initializer(g.unique_name(hint), 7, [len(shape)], data.tobytes())
+    n = g.add_node("Constant", [], [g.unique_name(hint)], name=g.unique_name(hint), before=before)
+    n.set_attribute("value", ("tensor", *raw_data(data)))
+    return n.outputs[0]
+
+
 class ResolveDynamicReshapes(Pass):
     name = "resolve_dynamic_reshapes"
     description = "a Reshape target computed from Shape becomes a constant (0 copies a dim, -1 the one left)"
 
     def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
         stats = {"nodes_removed": 0, "rewrites": [], "refused": []}
+        old_ir = (model.ir_version or 0) < 4  # IR 3 lists every initializer as an input: a Constant node then
         for g in model._core.all_graphs():
             if g.is_function_body:
                 continue
@@ -150,13 +175,16 @@ class ResolveDynamicReshapes(Pass):
                 if n.op_type != "Reshape" or n.domain or n.removed or n.pinned or len(n.inputs) < 2:
                     continue
                 target = n.inputs[1]
-                if target is None or constant_ints(target) is not None or target.producer is None:
+                if (target is None or constant_ints(target) is not None or target.producer is None
+                        or target.producer.op_type == "Constant"):
                     continue
                 label = f"'{node_id(n)}' (Reshape)"
                 entries = _entries(target)
                 if entries is None:
                     continue
                 shape, why = resolve(dims(n.inputs[0]), entries)
+                if why:
+                    shape, why = resolve(dims(n.inputs[0]), _with_known_output_dims(entries, dims(n.outputs[0])))
                 allowzero = n.attributes.get("allowzero", 0)
                 if not why and allowzero and (-1 in shape and -1 not in entries):
                     # The copies are exact with allowzero=0 (an empty dim is copied as 0), but a -1 made
@@ -165,8 +193,7 @@ class ResolveDynamicReshapes(Pass):
                 if why:
                     stats["refused"].append(f"{label}: {why}")
                     continue
-                const = g.add_initializer(g.unique_name(f"{n.outputs[0].name}_shape"), 7, [len(shape)],
-                                          np.asarray(shape, np.int64).tobytes())
+                const = _constant(g, f"{n.outputs[0].name}_shape", shape, before=n, as_node=old_ir)
                 g.set_input(n, 1, const)
                 if allowzero and 0 in shape:  # torch's dynamo exporter writes allowzero=1: a 0 now copies
                     n.set_attribute("allowzero", 0)

@@ -159,3 +159,38 @@ def test_tf2onnx_shape_arithmetic_in_int32():
     }""")
     assert target(m) == [0, 32] and [n.op_type for n in m.graph.nodes] == ["Reshape"]
     same_at_sizes(before, m, [(1, 2, 2, 8), (3, 2, 2, 8)])
+
+
+def test_tf2onnx_flattened_batch_dims_take_the_minus_one():
+    """tf2onnx's einsum lowering: Reshape(x, [ReduceProd(shape[:2]), -1, 16]).
+    The product is unknown to the target's arithmetic, but the -1 is 8 for
+    every input, so the product becomes the -1; tf2onnx names the batch
+    `unk__N` in the graph's input, which the walk takes as a symbol."""
+    before, m, r = run("""g (float[unk__7,4,8,16] x) => (float[unk__7,4,8,16] y) {
+        s = Shape(x)
+        lead = Constant <value = int64[2] {0, 1}> ()
+        bh = Gather(s, lead)
+        n = ReduceProd(bh)
+        rest = Constant <value = int64[2] {-1, 16}> ()
+        flat = Concat <axis = 0> (n, rest)
+        f = Reshape(x, flat)
+        r = Relu(f)
+        back = Constant <value = int64[4] {-1, 4, 8, 16}> ()
+        y = Reshape(r, back)
+    }""")
+    assert target(m) == [-1, 8, 16] and "ReduceProd" not in [n.op_type for n in m.graph.nodes]
+    same_at_sizes(before, m, [(1, 4, 8, 16), (3, 4, 8, 16)])
+
+
+def test_an_unknown_entry_beside_a_minus_one_the_walk_cannot_work_out_stays():
+    before, m, r = run("""g (float[B,S,16] x, float[C,S,16] z) => (float y) {
+        s = Shape(z)
+        lead = Constant <value = int64[2] {0, 1}> ()
+        bh = Gather(s, lead)
+        n = ReduceProd(bh)
+        rest = Constant <value = int64[1] {-1}> ()
+        flat = Concat <axis = 0> (n, rest)
+        f = Reshape(x, flat)
+        y = ReduceSum <keepdims = 0> (f)
+    }""")
+    assert target(m) is None and any("already -1" in x for x in r.stats["refused"])

@@ -1,0 +1,79 @@
+"""cancel_reshapes_around_matmul: a MatMul on merged batch axes, split back,
+is the MatMul of the unmerged operands; expected graphs, numbers, refusals."""
+
+import numpy as np
+import pytest
+
+from fusion_helpers import near_misses
+from helpers import ops, outputs
+from transformer_helpers import fuse
+
+
+def graph(a="B,4,5,8", b="B,4,8,6", y="B,4,5,6", a_shape="-1, 5, 8", b_shape="-1, 8, 6", y_shape="-1, 4, 5, 6",
+          swap_a=False, swap_b=False) -> str:
+    """tf2onnx's lowering of a Keras einsum `bhsd,bhdt->bhst`: both batch
+    axes merged, the product split back."""
+    am = "ar = Transpose<perm = [0, 2, 1]>(am)" if swap_a else "ar = Identity(am)"
+    bm = "br = Transpose<perm = [0, 2, 1]>(bm)" if swap_b else "br = Identity(bm)"
+    return f"""g (float[{a}] a, float[{b}] b) => (float[{y}] y)
+        <int64[3] sa = {{{a_shape}}}, int64[3] sb = {{{b_shape}}}, int64[{len(y_shape.split(','))}] sy = {{{y_shape}}}> {{
+        am = Reshape(a, sa)
+        {am}
+        bm = Reshape(b, sb)
+        {bm}
+        p = MatMul(ar, br)
+        y = Reshape(p, sy)
+    }}"""
+
+
+def run(text):
+    # the Identity stands in for "no Transpose": eliminate it the way the pipeline does first
+    m, r, before = fuse("eliminate_identity", text, opset=17)
+    proto = m.to_onnx()
+    m, r, _ = fuse("cancel_reshapes_around_matmul", proto, opset=17)
+    return before, m, r
+
+
+def feeds(a_shape, b_shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"a": rng.standard_normal(a_shape).astype(np.float32),
+            "b": rng.standard_normal(b_shape).astype(np.float32)}
+
+
+def test_scores_of_merged_heads_become_one_4d_matmul():
+    before, m, r = run(graph())
+    assert r.modified and ops(m) == ["MatMul"]
+    (mm,) = m.graph.nodes
+    assert [v.name for v in mm.inputs] == ["a", "b"] and mm.outputs[0].name == "y"
+    for batch in (1, 3):
+        f = feeds((batch, 4, 5, 8), (batch, 4, 8, 6))
+        np.testing.assert_allclose(outputs(before, f)[0], outputs(m, f)[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("swap_a, swap_b", [(False, True), (True, False), (True, True)])
+def test_a_swap_of_the_last_two_axes_moves_to_the_operand(swap_a, swap_b):
+    a = "B,4,8,5" if swap_a else "B,4,5,8"
+    b = "B,4,6,8" if swap_b else "B,4,8,6"
+    text = graph(a=a, b=b, a_shape="-1, 8, 5" if swap_a else "-1, 5, 8", b_shape="-1, 6, 8" if swap_b else "-1, 8, 6",
+                 swap_a=swap_a, swap_b=swap_b)
+    before, m, r = run(text)
+    assert r.modified and ops(m).count("Transpose") == swap_a + swap_b and "Reshape" not in ops(m)
+    for t in (n for n in m.graph.nodes if n.op_type == "Transpose"):
+        assert t.attributes["perm"] == [0, 1, 3, 2]
+    f = feeds([2] + [int(d) for d in a.split(",")[1:]], [2] + [int(d) for d in b.split(",")[1:]])
+    np.testing.assert_allclose(outputs(before, f)[0], outputs(m, f)[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("text, why", [
+    # b's batch axes are [B, 2, 2]: merged, they pair with a's [B, 4] one to one, unmerged they would not
+    (graph(b="B,2,2,8,6", y_shape="-1, 4, 5, 6"), "not provably the same dims"),
+    # the merge takes a row axis too: [B, 4, 5, 8] -> [B*4*5, 1, 8]
+    (graph(a_shape="-1, 1, 8").replace("float[B,4,8,6] b", "float[B,4,5,8,6] b"), "does more than merge"),
+    # the result is split into other axes: [B*4, 5, 6] -> [B, 2, 2, 5, 6]
+    (graph(y="B,2,2,5,6", y_shape="-1, 2, 2, 5, 6"), "is not the batch axes"),
+    # a's batch dim is unknown
+    (graph(a="B,?,5,8"), "not all known"),
+])
+def test_refusals(text, why):
+    before, m, r = run(text)
+    assert not r.modified and any(why in x for x in near_misses(r)), near_misses(r)
