@@ -22,7 +22,8 @@ _PASSES: dict = {name: NativePass(name, description) for name, description in _c
 # Its forms hide the head split fuse_attention reads: it waits for the fusions.
 _PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].after_fusions = True
 for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(),
-           SlicesToSplit(), MergeEqualDims(), ShareBranchConstants(), EliminateSameShapeReshapes(), CancelReshapesAroundTranspose(),
+           SlicesToSplit(), MergeEqualDims(), ShareBranchConstants(), EliminateSameShapeReshapes(),
+           CancelReshapesAroundTranspose(),
            TransposeBeforeUnsqueeze(), CancelReshapesAroundMatmul(),
            *BUILTIN_RULES, FlattenLinearRows()):
     _PASSES[_p.name] = _p

@@ -15,8 +15,9 @@ def graph(a="B,4,5,8", b="B,4,8,6", y="B,4,5,6", a_shape="-1, 5, 8", b_shape="-1
     axes merged, the product split back."""
     am = "ar = Transpose<perm = [0, 2, 1]>(am)" if swap_a else "ar = Identity(am)"
     bm = "br = Transpose<perm = [0, 2, 1]>(bm)" if swap_b else "br = Identity(bm)"
+    ranks = len(y_shape.split(","))
     return f"""g (float[{a}] a, float[{b}] b) => (float[{y}] y)
-        <int64[3] sa = {{{a_shape}}}, int64[3] sb = {{{b_shape}}}, int64[{len(y_shape.split(','))}] sy = {{{y_shape}}}> {{
+        <int64[3] sa = {{{a_shape}}}, int64[3] sb = {{{b_shape}}}, int64[{ranks}] sy = {{{y_shape}}}> {{
         am = Reshape(a, sa)
         {am}
         bm = Reshape(b, sb)

@@ -9,7 +9,7 @@ from transformer_helpers import fuse
 
 
 def graph(x="B,32,4,16", axes="3", perm="0, 2, 1, 3, 4", y="B,4,32,1,16", opset=17) -> str:
-    unsqueeze = (f"u = Unsqueeze(x, axes)" if opset >= 13 else f"u = Unsqueeze<axes = [{axes}]>(x)")
+    unsqueeze = ("u = Unsqueeze(x, axes)" if opset >= 13 else f"u = Unsqueeze<axes = [{axes}]>(x)")
     inits = f"<int64[{len(axes.split(','))}] axes = {{{axes}}}>" if opset >= 13 else ""
     return f"""g (float[{x}] x) => (float[{y}] y) {inits} {{
         {unsqueeze}

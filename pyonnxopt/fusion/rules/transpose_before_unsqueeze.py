@@ -31,7 +31,7 @@ from pyonnxopt.fusion.values import attr_or_input
 
 class TransposeBeforeUnsqueeze(Rule):
     name = "transpose_before_unsqueeze"
-    description = "Transpose(Unsqueeze(x)) -> Unsqueeze(Transpose(x)): the Transpose meets x's, the Unsqueeze its reader"
+    description = "Transpose(Unsqueeze(x)) -> Unsqueeze(Transpose(x)): the Transpose meets x's Transposes"
     after_cleanup = False  # a layout cleanup: the fusions see its result
     pattern_near_misses = False
 
