@@ -65,6 +65,21 @@ def test_a_swap_of_the_last_two_axes_moves_to_the_operand(swap_a, swap_b):
     np.testing.assert_allclose(outputs(before, f)[0], outputs(m, f)[0], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("opset", [11, 17])
+def test_axes_of_size_1_dropped_and_added_are_kept_by_squeeze_and_unsqueeze(opset):
+    """tf2onnx with a dynamic length: [B, 4, S, 1, d] merged to [B*4, S, d],
+    the product split to [B, 4, S, T, 1]."""
+    text = graph(a="B,4,5,1,8", b="B,4,1,8,6", y="B,4,5,6,1", y_shape="-1, 4, 5, 6, 1")
+    m, r, before = fuse("eliminate_identity", text, opset=opset)
+    m, r, _ = fuse("cancel_reshapes_around_matmul", m.to_onnx(), opset=opset)
+    assert r.modified and ops(m) == ["Squeeze", "Squeeze", "MatMul", "Unsqueeze"]
+    axes = [list(n.attributes["axes"]) if opset < 13 else n.inputs[1].initializer.numpy().tolist()
+            for n in m.graph.nodes if n.op_type != "MatMul"]
+    assert axes == [[3], [2], [4]] and m.graph.nodes[-1].outputs[0].name == "y"
+    f = feeds((3, 4, 5, 1, 8), (3, 4, 1, 8, 6))
+    np.testing.assert_allclose(outputs(before, f)[0], outputs(m, f)[0], rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("text, why", [
     # b's batch axes are [B, 2, 2]: merged, they pair with a's [B, 4] one to one, unmerged they would not
     (graph(b="B,2,2,8,6", y_shape="-1, 4, 5, 6"), "not provably the same dims"),
@@ -72,6 +87,8 @@ def test_a_swap_of_the_last_two_axes_moves_to_the_operand(swap_a, swap_b):
     (graph(a_shape="-1, 1, 8").replace("float[B,4,8,6] b", "float[B,4,5,8,6] b"), "does more than merge"),
     # the result is split into other axes: [B*4, 5, 6] -> [B, 2, 2, 5, 6]
     (graph(y="B,2,2,5,6", y_shape="-1, 2, 2, 5, 6"), "is not the batch axes"),
+    # a single row: an axis of size 1 in the product is not told apart from one the merge dropped
+    (graph(a="B,4,1,8", a_shape="-1, 1, 8", y="B,4,1,6", y_shape="-1, 4, 1, 6"), "does more than merge"),
     # a's batch dim is unknown
     (graph(a="B,?,5,8"), "not all known"),
 ])

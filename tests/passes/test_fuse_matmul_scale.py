@@ -49,6 +49,32 @@ def test_the_bias_is_scaled_with_the_weight():
     assert not {"w", "b", "k"} & {v.name for n in m.graph.nodes for v in n.inputs}
 
 
+KERAS_HEADS = """g (float[2,5,8] x) => (float[2,2,5,4] y) {
+    p = MatMul(x, w)
+    h = Reshape(p, shape)
+    q = Add(h, b)
+    t = Transpose <perm = [0, 2, 1, 3]> (q)
+    y = Mul(t, k)
+}"""
+
+
+def test_a_bias_added_after_the_head_split_is_scaled_with_the_weight():
+    """Keras's EinsumDense through tf2onnx adds its [H, d] bias after the
+    Reshape into heads."""
+    proto = with_weights(KERAS_HEADS, **rng_weights(w=(8, 8), b=(2, 4)), k=np.array(0.25, np.float32),
+                         shape=np.array([2, 5, 2, 4], np.int64))
+    m, _ = fused_by(RULE, proto)
+    assert ops(m) == ["MatMul", "Reshape", "Add", "Transpose"]
+    assert not {"w", "b", "k"} & {v.name for n in m.graph.nodes for v in n.inputs}
+
+
+def test_a_scale_per_column_with_a_bias_after_the_head_split_is_refused():
+    proto = with_weights(KERAS_HEADS,
+                         **rng_weights(w=(8, 8), b=(2, 4), k=(1, 1, 1, 4)), shape=np.array([2, 5, 2, 4], np.int64))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified and any("not one number after the Reshape" in x for x in near_misses(r)), near_misses(r)
+
+
 def test_a_gemm_takes_the_scale_in_alpha_and_beta():
     proto = with_weights("""g (float[6,8] a, float[8,4] bm) => (float[2,3,4] y) {
         p = Gemm <alpha = 2.0, beta = 0.5> (a, bm, c)

@@ -7,7 +7,11 @@ MatMul of the unmerged operands.
 
 Either operand may also go through a Transpose of its last two axes after
 its Reshape; that Transpose then applies to a or b itself (a Transpose of
-the last two axes commutes with merging the axes before them).
+the last two axes commutes with merging the axes before them). Axes of
+size 1 hold no order: a Reshape may drop them from a or b, or add them to
+y, anywhere; a Squeeze of a or b, or an Unsqueeze of the product, keeps
+them (with a dynamic sequence length tf2onnx merges `[B, H, S, 1, d]`, and
+its Unsqueeze then cancels against that Squeeze).
 
 tf2onnx lowers Keras's einsums (MultiHeadAttention's scores
 `[B, H, S, d] x [B, H, T, d] -> [B, H, S, T]`, and its context) to
@@ -18,8 +22,8 @@ Refuses when:
  1. a dim of a, b, the merged operands or y is unknown (not an int nor a
     symbol);
  2. a Reshape does more than merge the axes before the last two (those
-    two kept), the merged operands are not 3-d, or the Transpose moves
-    other axes;
+    two kept; a merged operand's last two of size 1 refused too), the
+    merged operands are not 3-d, or the Transpose moves other axes;
  3. a's and b's batch axes are not provably the same dims (the merged
     product pairs them one to one; a MatMul of a and b would broadcast);
  4. y is not a's batch axes followed by the product's two.
@@ -28,6 +32,8 @@ Refuses when:
 from __future__ import annotations
 
 from typing import Optional
+
+import numpy as np
 
 from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
@@ -52,38 +58,73 @@ class CancelReshapesAroundMatmul(Rule):
                 for sa in (False, True) for sb in (False, True)]
 
     def check(self, m: Match) -> Optional[str]:
-        return _refusal(m)
+        plan = _plan(m)
+        return plan if isinstance(plan, str) else None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
+        plan = _plan(m)
         operands = []
         for side in ("a", "b"):
-            v = m[side]
+            v, ones = m[side], plan[side]
+            if ones:  # the merge dropped them
+                (v,) = _axes_node(edit, m.opset, "Squeeze", v, ones, f"{m.root.outputs[0].name}_{side}_squeezed")
             if f"{side}_swap" in m:
-                rank = len(dims(v))
+                rank = len(plan["batch"]) + 2
                 (v,) = edit.node("Transpose", [v], {"perm": list(range(rank - 2)) + [rank - 1, rank - 2]},
                                  hint=f"{m.root.outputs[0].name}_{side}_swapped")
             operands.append(v)
-        edit.replace_root("MatMul", operands)
+        if not plan["y"]:
+            edit.replace_root("MatMul", operands)
+            return None
+        (product,) = edit.node("MatMul", operands, hint=f"{m.root.outputs[0].name}_product")
+        _axes_node(edit, m.opset, "Unsqueeze", product, plan["y"], "", root=True)  # the split added them
         return None
 
 
-def _refusal(m: Match) -> Optional[str]:
+def _axes_node(edit: Edit, opset: int, op: str, v, axes: list, hint: str, root: bool = False) -> list:
+    """Squeeze or Unsqueeze of v along constant axes (an input from opset
+    13, an attribute before); the root's replacement when `root`."""
+    if opset >= 13:
+        inputs, attrs = [v, edit.constant(np.array(axes, np.int64), f"{op.lower()}_axes")], None
+    else:
+        inputs, attrs = [v], {"axes": axes}
+    if root:
+        return list(edit.replace_root(op, inputs, attrs).outputs)
+    return edit.node(op, inputs, attrs, hint=hint)
+
+
+def _without_ones(d: list) -> tuple:
+    """d without its axes of size 1, and where they were."""
+    return [e for e in d if e != 1], [i for i, e in enumerate(d) if e == 1]
+
+
+def _plan(m: Match):
+    """{"a", "b": the axes of size 1 a and b lose, "y": those y gains,
+    "batch": the batch axes}, or why the rule does not apply. Axes of size
+    1 hold no order, so a Reshape may drop or add them anywhere."""
     a, b, y = dims(m["a"]), dims(m["b"]), dims(m.root.outputs[0])
     ma, mb = dims(m["a_merged"].outputs[0]), dims(m["b_merged"].outputs[0])
     for label, d in (("a", a), ("b", b), ("the merged a", ma), ("the merged b", mb), ("the result", y)):
         if d is None or any(e is None for e in d):
             return f"{label}'s dims {d} are not all known (ints or symbols)"
+    plan = {}
     for side, d, merged in (("a", a, ma), ("b", b, mb)):
-        if len(merged) != 3 or len(d) < 3 or not all(same_dim(x, z) for x, z in zip(d[-2:], merged[-2:])):
+        kept, plan[side] = _without_ones(d)
+        if (len(merged) != 3 or 1 in merged[1:] or len(kept) < 2
+                or not all(same_dim(x, z) for x, z in zip(kept[-2:], merged[1:]))):
             return f"the Reshape of {side} {d} -> {merged} does more than merge the axes before the last two"
         swap = m[f"{side}_swap"] if f"{side}_swap" in m else None
         if swap is not None and list(swap.attributes.get("perm", [2, 1, 0])) != [0, 2, 1]:
             return f"the Transpose after {side}'s Reshape moves more than its last two axes"
-    if len(a) != len(b) or not all(same_dim(x, z) for x, z in zip(a[:-2], b[:-2])):
-        return f"a's batch axes {a[:-2]} and b's {b[:-2]} are not provably the same dims"
-    rows = a[-1] if "a_swap" in m else a[-2]
-    cols = b[-2] if "b_swap" in m else b[-1]
-    want = a[:-2] + [rows, cols]
-    if len(y) != len(want) or not all(same_dim(x, z) for x, z in zip(y, want)):
+        plan[f"{side}_kept"] = kept
+    ka, kb = plan.pop("a_kept"), plan.pop("b_kept")
+    if len(ka) != len(kb) or not all(same_dim(x, z) for x, z in zip(ka[:-2], kb[:-2])):
+        return f"a's batch axes {ka[:-2]} and b's {kb[:-2]} are not provably the same dims"
+    rows = ka[-1] if "a_swap" in m else ka[-2]
+    cols = kb[-2] if "b_swap" in m else kb[-1]
+    want = ka[:-2] + [rows, cols]
+    kept, plan["y"] = _without_ones(y)
+    if len(kept) != len(want) or not all(same_dim(x, z) for x, z in zip(kept, want)):
         return f"the result {y} is not the batch axes and the product's two, {want}"
-    return None
+    plan["batch"] = ka[:-2]
+    return plan

@@ -4,6 +4,7 @@ where the product is reshaped or transposed on its way to the scale:
 
     y = Mul(T(MatMul(x, W)), k)          ->  y = T(MatMul(x, W * k))
     y = Mul(T(Add(MatMul(x, W), b)), k)  ->  y = T(Add(MatMul(x, W * k), b * k))
+    (the Add may also read the product through a Reshape, k then one number)
     y = Mul(T(Gemm(a, B, C)), k)         ->  y = T(Gemm(a, B, C)), alpha and beta times k
 
 with T up to three Reshape, Transpose, Flatten, Squeeze or Unsqueeze nodes,
@@ -97,6 +98,9 @@ class FuseMatmulScale(Rule):
             Op("MatMul", Var("x"), Const("w"), name="product"),
             Op("Add", Op("MatMul", Var("x"), Const("w"), name="product"), Const("b"), name="bias", commutative=True),
             Op("Gemm", Var("a"), Var("bmat"), Var("c", optional=True), name="product"),
+            # the bias added after a Reshape (Keras's EinsumDense through tf2onnx: [B, S, H, d] + b[H, d])
+            Op("Add", Op("Reshape", Op("MatMul", Var("x"), Const("w"), name="product"), Var("pre_shape"), name="pre"),
+               Const("b"), name="bias", commutative=True),
         ]
         variants = []
         for product in products:
@@ -130,6 +134,8 @@ class FuseMatmulScale(Rule):
             return f"'{m['k'].name}' is not finite"
         if m["scale"].op_type == "Div" and np.any(k == 0):
             return f"'{m['k'].name}' has a 0: the Div is not a scale"
+        if "pre" in m and k.size != 1:
+            return f"the constant's shape {list(k.shape)} is not one number after the Reshape before the bias"
         if ("scores" in m or "pair" in m) and k.size != 1:
             return f"the constant's shape {list(k.shape)} is not one number: it cannot move to the other operand"
         if "part" in m or "pick" in m:
@@ -189,6 +195,9 @@ def _scaled_product(m: Match, edit: Edit, k: np.ndarray):
     new = edit.node("MatMul", [m["x"], made["w"]], hint=hint, before=product)
     if "bias" not in m:
         return new, product.outputs[0]
+    if "pre" in m:
+        new = edit.node("Reshape", [new[0], m["pre_shape"]], hint=m["pre"].name or hint, before=product)
+        edit.added[-1].copy_attributes(m["pre"])
     return edit.node("Add", [new[0], made["b"]], hint=m["bias"].name or hint, before=product), m["bias"].outputs[0]
 
 
