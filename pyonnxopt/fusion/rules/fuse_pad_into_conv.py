@@ -11,9 +11,11 @@ pad with zeros, MaxPool with -inf (the type's lowest integer for integer
 MaxPool): the Pad's value must be that.
 
 Refuses when:
-1. the pads, value or axes are not constants, or the Pad's output has another
-   reader or is a graph output (pattern; onnxslim issue 160 fused a Pad read
-   by two Convs);
+1. the pads, value or axes are not constants (pattern), or the Pad's output
+   is a graph output or has a reader that could not take the padding
+   itself: a Pad read by several Convs and pools goes into each of them
+   (NASNet's two 7x7 branches), never into some only (onnxslim issue 160
+   fused a Pad read by two Convs into one and broke the other);
 2. the Pad's mode is not "constant";
 3. the pad value is not 0 (Conv, AveragePool), or not -inf (MaxPool: a 0
    pad would win over negative inputs; but 0 where the input is provably
@@ -38,7 +40,7 @@ from typing import Optional, Union
 import numpy as np
 
 from pyonnxopt.fusion.pattern import Const, Op, Var
-from pyonnxopt.fusion.rule import Edit, Match, Rule
+from pyonnxopt.fusion.rule import Edit, Match, Rule, node_id
 from pyonnxopt.fusion.rules._channels import attribute
 from pyonnxopt.fusion.values import constant_array
 
@@ -48,13 +50,14 @@ class FusePadIntoConv(Rule):
     description = "fold a constant spatial Pad into the padding of the Conv/AveragePool/MaxPool after it"
 
     def pattern(self, opset: int) -> Op:
+        # Read by several consumers too: check makes sure each can take the padding.
         if opset < 11:
-            pad = Op("Pad", Var("x"), name="pad")
+            pad = Op("Pad", Var("x"), name="pad", exclusive=False)
         elif opset < 18:
-            pad = Op("Pad", Var("x"), Const("pads"), Const("value", optional=True), name="pad")
+            pad = Op("Pad", Var("x"), Const("pads"), Const("value", optional=True), name="pad", exclusive=False)
         else:
             pad = Op("Pad", Var("x"), Const("pads"), Const("value", optional=True), Const("axes", optional=True),
-                     name="pad")
+                     name="pad", exclusive=False)
         return Op("Conv|AveragePool|MaxPool", pad, Var("w", optional=True), Var("b", optional=True),
                   name="consumer")
 
@@ -62,30 +65,23 @@ class FusePadIntoConv(Rule):
         added = _spatial_pads(m)
         if isinstance(added, str):
             return added
-        consumer, op = m["consumer"], m["consumer"].op_type
         if attribute(m["pad"], "mode", "constant") != "constant":
             return f"Pad mode is {attribute(m['pad'], 'mode')!r}, not 'constant'"
-        why = _value_refusal(m)
+        why = _consumer_refusal(m, m["consumer"], added)
         if why:
             return why
-        if attribute(consumer, "auto_pad", "NOTSET") != "NOTSET":
-            return f"{op} auto_pad is {attribute(consumer, 'auto_pad')!r}, not NOTSET"
-        own = attribute(consumer, "pads")
-        if own and len(own) != len(added):
-            return f"{op} pads {list(own)} do not fit its {len(added) // 2} spatial axes"
-        if op == "Conv":
-            return None
-        if op == "AveragePool" and not attribute(consumer, "count_include_pad", 0):
-            return "AveragePool count_include_pad=0: the padding would leave its divisor"
-        if attribute(consumer, "ceil_mode", 0):
-            return f"{op} ceil_mode=1: windows past the padding count differently"
-        if op == "MaxPool" and len(consumer.outputs) > 1 and _read(consumer.outputs[1]):
-            return "MaxPool's Indices output is read: the indices would address the unpadded input"
-        kernel = list(attribute(consumer, "kernel_shape", []))
-        if len(kernel) != len(added) // 2:
-            return f"{op} kernel_shape {kernel} does not fit its {len(added) // 2} spatial axes"
-        if any(p >= kernel[i % len(kernel)] for i, p in enumerate(_combined(consumer, added))):
-            return f"{op} pads would reach its kernel {kernel} (onnxruntime refuses such pools)"
+        padded = m["pad"].outputs[0]
+        if padded.is_graph_output:
+            return f"the Pad's output '{padded.name}' is a graph output"
+        for reader, index in padded.uses:
+            if reader.outputs[0] is not None and reader.outputs[0].name == m["consumer"].outputs[0].name:
+                continue  # the matched one
+            if reader.op_type not in ("Conv", "AveragePool", "MaxPool") or reader.domain or index != 0:
+                return (f"the Pad's output has another reader, '{node_id(reader)}' ({reader.op_type}), "
+                        "that cannot take it")
+            why = _consumer_refusal(m, reader, added)
+            if why:
+                return f"the Pad's output has another reader, '{node_id(reader)}', that cannot take it: {why}"
         return None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
@@ -94,6 +90,34 @@ class FusePadIntoConv(Rule):
         inputs = [m["x"]] + [v for v in (m["w"], m["b"]) if v is not None]
         edit.replace_root(consumer.op_type, inputs, {"pads": pads}, copy_attrs_from=consumer)
         return None
+
+
+def _consumer_refusal(m: Match, consumer, added: list) -> Optional[str]:
+    """Why `consumer` (the matched one, or another reader of the Pad)
+    cannot take the padding, or None."""
+    op = consumer.op_type
+    why = _value_refusal(m, op)
+    if why:
+        return why
+    if attribute(consumer, "auto_pad", "NOTSET") != "NOTSET":
+        return f"{op} auto_pad is {attribute(consumer, 'auto_pad')!r}, not NOTSET"
+    own = attribute(consumer, "pads")
+    if own and len(own) != len(added):
+        return f"{op} pads {list(own)} do not fit its {len(added) // 2} spatial axes"
+    if op == "Conv":
+        return None
+    if op == "AveragePool" and not attribute(consumer, "count_include_pad", 0):
+        return "AveragePool count_include_pad=0: the padding would leave its divisor"
+    if attribute(consumer, "ceil_mode", 0):
+        return f"{op} ceil_mode=1: windows past the padding count differently"
+    if op == "MaxPool" and len(consumer.outputs) > 1 and _read(consumer.outputs[1]):
+        return "MaxPool's Indices output is read: the indices would address the unpadded input"
+    kernel = list(attribute(consumer, "kernel_shape", []))
+    if len(kernel) != len(added) // 2:
+        return f"{op} kernel_shape {kernel} does not fit its {len(added) // 2} spatial axes"
+    if any(p >= kernel[i % len(kernel)] for i, p in enumerate(_combined(consumer, added))):
+        return f"{op} pads would reach its kernel {kernel} (onnxruntime refuses such pools)"
+    return None
 
 
 def _read(v) -> bool:
@@ -143,7 +167,7 @@ def _spatial_pads(m: Match) -> Union[list, str]:
     return begin[2:] + end[2:]
 
 
-def _value_refusal(m: Match) -> Optional[str]:
+def _value_refusal(m: Match, op: str) -> Optional[str]:
     if m.opset < 11:
         value = float(attribute(m["pad"], "value", 0.0))
     elif m["value"] is None:
@@ -153,7 +177,7 @@ def _value_refusal(m: Match) -> Optional[str]:
         if array.size != 1:
             return f"the Pad's constant_value has {array.size} elements"
         value = array.reshape(-1)[0]
-    if m["consumer"].op_type != "MaxPool":
+    if op != "MaxPool":
         return None if value == 0 else f"the Pad's value is {value}, not 0"
     from onnx import helper
 
