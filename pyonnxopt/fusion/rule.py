@@ -145,6 +145,18 @@ class Edit:
         self.added.append(n)
         return list(n.outputs)
 
+    def squeeze(self, op_type: str, value: Value, axes: list, *, root: bool = False, hint: str = "") -> Value:
+        """Squeeze or Unsqueeze of `value` along constant `axes` (an input
+        from opset 13, an attribute before): a new node, or the root's
+        replacement when `root`. Returns its output."""
+        if self._m.opset >= 13:
+            inputs, attrs = [value, self.constant(np.array(axes, np.int64), f"{op_type.lower()}_axes")], None
+        else:
+            inputs, attrs = [value], {"axes": list(axes)}
+        if root:
+            return self.replace_root(op_type, inputs, attrs).outputs[0]
+        return self.node(op_type, inputs, attrs, hint=hint)[0]
+
     def dims_at_run_time(self, value: Value, start: int, end: int, hint: str) -> Value:
         """A 1-D int64 value: `value`'s dims start..end as they are at run
         time (Shape with start and end from opset 15, Shape and a Slice

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
-
 from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.values import dims, same_dim
@@ -67,7 +65,7 @@ class CancelReshapesAroundMatmul(Rule):
         for side in ("a", "b"):
             v, ones = m[side], plan[side]
             if ones:  # the merge dropped them
-                (v,) = _axes_node(edit, m.opset, "Squeeze", v, ones, f"{m.root.outputs[0].name}_{side}_squeezed")
+                v = edit.squeeze("Squeeze", v, ones, hint=f"{m.root.outputs[0].name}_{side}_squeezed")
             if f"{side}_swap" in m:
                 rank = len(plan["batch"]) + 2
                 (v,) = edit.node("Transpose", [v], {"perm": list(range(rank - 2)) + [rank - 1, rank - 2]},
@@ -77,20 +75,8 @@ class CancelReshapesAroundMatmul(Rule):
             edit.replace_root("MatMul", operands)
             return None
         (product,) = edit.node("MatMul", operands, hint=f"{m.root.outputs[0].name}_product")
-        _axes_node(edit, m.opset, "Unsqueeze", product, plan["y"], "", root=True)  # the split added them
+        edit.squeeze("Unsqueeze", product, plan["y"], root=True)  # the split added them
         return None
-
-
-def _axes_node(edit: Edit, opset: int, op: str, v, axes: list, hint: str, root: bool = False) -> list:
-    """Squeeze or Unsqueeze of v along constant axes (an input from opset
-    13, an attribute before); the root's replacement when `root`."""
-    if opset >= 13:
-        inputs, attrs = [v, edit.constant(np.array(axes, np.int64), f"{op.lower()}_axes")], None
-    else:
-        inputs, attrs = [v], {"axes": axes}
-    if root:
-        return list(edit.replace_root(op, inputs, attrs).outputs)
-    return edit.node(op, inputs, attrs, hint=hint)
 
 
 def _without_ones(d: list) -> tuple:

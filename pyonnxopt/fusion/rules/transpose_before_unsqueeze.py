@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
-
 from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.values import attr_or_input
@@ -48,10 +46,7 @@ class TransposeBeforeUnsqueeze(Rule):
         x = m["x"]
         if q != list(range(len(q))):
             (x,) = edit.node("Transpose", [x], {"perm": q})
-        if m.opset >= 13:
-            edit.replace_root("Unsqueeze", [x, edit.constant(np.array(added, np.int64), "unsqueeze_axes")])
-        else:
-            edit.replace_root("Unsqueeze", [x], {"axes": added})
+        edit.squeeze("Unsqueeze", x, added, root=True)
         return None
 
 
