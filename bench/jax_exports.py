@@ -16,14 +16,14 @@ row reads "FAILED" where that check or the run failed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _export_counts import count  # noqa: E402
+
 OUT = os.path.join(HERE, "out", "jax")
-VARIANTS = {"default": [], "opset23": ["--opset", "23"], "ort": ["--target", "ort"]}
 
 
 def _models():
@@ -141,35 +141,6 @@ def export(models: dict, names, opsets) -> list:
     return paths
 
 
-def nodes(path: str):
-    """Nodes, those of subgraphs included; None when nothing was written."""
-    import onnx
-
-    from pyonnxopt.proto_graphs import graphs
-
-    if not os.path.exists(path):
-        return None
-    return sum(len(g.node) for g in graphs(onnx.load(path, load_external_data=False).graph))
-
-
-def optimized(path: str, variant: str):
-    out = path[:-5] + f"__{variant}.onnx"
-    run = subprocess.run([sys.executable, "-m", "pyonnxopt", "optimize", path, out] + VARIANTS[variant],
-                         capture_output=True, text=True)
-    checked = run.returncode == 0 and "checked in onnxruntime" in run.stdout + run.stderr
-    return nodes(out) if checked else "FAILED"
-
-
-def peer(path: str, tool: str):
-    out = path[:-5] + f"__{tool}.onnx"
-    cmd = ["onnxslim", path, out] if tool == "onnxslim" else [sys.executable, "-m", "onnxsim", path, out]
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True)
-    except FileNotFoundError:
-        return "missing"
-    return nodes(out) if run.returncode == 0 else f"error {run.returncode}"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="", help="comma-separated names (default: all)")
@@ -189,17 +160,7 @@ def main(argv=None) -> int:
         print(f"error: --models: unknown {', '.join(unknown)} (known: {', '.join(models)})", file=sys.stderr)
         return 2
     os.makedirs(OUT, exist_ok=True)
-    rows = []
-    for path in export(models, names, [int(o) for o in args.opsets.split(",")]):
-        row = {"model": os.path.basename(path)[:-5], "export": nodes(path)}
-        row.update({v: optimized(path, v) for v in VARIANTS})
-        row.update({t: peer(path, t) for t in ("onnxslim", "onnxsim")})
-        rows.append(row)
-        print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 1 if any("FAILED" in map(str, r.values()) for r in rows) else 0
+    return count(export(models, names, [int(o) for o in args.opsets.split(",")]), args.json)
 
 
 if __name__ == "__main__":

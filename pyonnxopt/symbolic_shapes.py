@@ -456,7 +456,7 @@ class _Walk:
         if op in ("Identity",) and vals[0]:
             self.values[out] = vals[0]
         elif op == "Cast" and vals[0] and attrs["to"].i in (6, 7):  # tf2onnx computes shapes in int32
-            self.values[out] = ([e if isinstance(e, int) or _is_sym_entry(e) else None for e in vals[0][0]],
+            self.values[out] = ([e if isinstance(e, (int, Product)) or _is_sym_entry(e) else None for e in vals[0][0]],
                                 vals[0][1])
         elif op == "Gather" and vals[0] and vals[1] and not vals[0][1]:
             if (attrs["axis"].i if "axis" in attrs else 0) != 0:

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
 
+import _export_counts
 import jax_exports
 
 HAVE_JAX = all(importlib.util.find_spec(m) is not None for m in ("jax", "flax", "jax2onnx"))
@@ -35,8 +36,8 @@ def test_nodes_counts_into_subgraphs(tmp_path):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
     path = tmp_path / "if.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    assert jax_exports.nodes(str(path)) == 4
-    assert jax_exports.nodes(str(tmp_path / "absent.onnx")) is None
+    assert _export_counts.nodes(str(path)) == 4
+    assert _export_counts.nodes(str(tmp_path / "absent.onnx")) is None
 
 
 @pytest.mark.skipif(not HAVE_JAX, reason="needs jax, flax and jax2onnx (pip install jax flax jax2onnx)")

@@ -65,6 +65,42 @@ def test_a_swap_of_the_last_two_axes_moves_to_the_operand(swap_a, swap_b):
     np.testing.assert_allclose(outputs(before, f)[0], outputs(m, f)[0], rtol=1e-6, atol=1e-6)
 
 
+def test_a_merged_batch_computed_at_run_time_may_stay_unknown():
+    """tf2onnx's merge target, in int32: Concat(ReduceProd(shape[:2]), -1, d).
+    The walk works the -1 out (S) but writes no name for the product 4*B."""
+    text = """g (float[B,4,S,8] a, float[B,4,8,S] b) => (float[B,4,S,S] y)
+              <int32[2] rows = {-1, 8}, int32[2] cols = {8, -1}, int64[2] lead = {0, 1}, int64[1] two = {2},
+               int64[1] three = {3}> {
+        sha = Shape(a)
+        s32 = Cast <to = 6> (sha)
+        g32 = Gather(s32, lead)
+        n = ReduceProd <keepdims = 1> (g32)
+        c32 = Concat <axis = 0> (n, rows)
+        sa = Cast <to = 7> (c32)
+        am = Reshape(a, sa)
+        shb = Shape(b)
+        t32 = Cast <to = 6> (shb)
+        h32 = Gather(t32, lead)
+        nb = ReduceProd <keepdims = 1> (h32)
+        d32 = Concat <axis = 0> (nb, cols)
+        sb = Cast <to = 7> (d32)
+        bm = Reshape(b, sb)
+        p = MatMul(am, bm)
+        bh = Gather(sha, lead)
+        s = Gather(sha, two)
+        t = Gather(shb, three)
+        back = Concat <axis = 0> (bh, s, t)
+        y = Reshape(p, back)
+    }"""
+    m, r, before = fuse("cancel_reshapes_around_matmul", text, opset=13)
+    assert r.modified
+    mm = next(n for n in m.graph.nodes if n.op_type == "MatMul")
+    assert [v.name for v in mm.inputs] == ["a", "b"] and mm.outputs[0].name == "y"
+    for batch, length in ((1, 5), (3, 7)):
+        f = feeds((batch, 4, length, 8), (batch, 4, 8, length))
+        np.testing.assert_allclose(outputs(before, f)[0], outputs(m, f)[0], rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("opset", [11, 17])
 def test_axes_of_size_1_dropped_and_added_are_kept_by_squeeze_and_unsqueeze(opset):
     """tf2onnx with a dynamic length: [B, 4, S, 1, d] merged to [B*4, S, d],

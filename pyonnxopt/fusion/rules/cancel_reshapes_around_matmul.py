@@ -19,8 +19,8 @@ tf2onnx lowers Keras's einsums (MultiHeadAttention's scores
 the 4-d one fuse_attention reads.
 
 Refuses when:
- 1. a dim of a, b, the merged operands or y is unknown (not an int nor a
-    symbol);
+ 1. a dim of a, b, y or the merged operands' last two is unknown (not an
+    int nor a symbol);
  2. a Reshape does more than merge the axes before the last two (those
     two kept; a merged operand's last two of size 1 refused too), the
     merged operands are not 3-d, or the Transpose moves other axes;
@@ -90,7 +90,9 @@ def _plan(m: Match):
     1 hold no order, so a Reshape may drop or add them anywhere."""
     a, b, y = dims(m["a"]), dims(m["b"]), dims(m.root.outputs[0])
     ma, mb = dims(m["a_merged"].outputs[0]), dims(m["b_merged"].outputs[0])
-    for label, d in (("a", a), ("b", b), ("the merged a", ma), ("the merged b", mb), ("the result", y)):
+    # The merged operands' first dim may be unknown: with their last two a's (b's), it is the product of the rest.
+    for label, d in (("a", a), ("b", b), ("the merged a", ma and ma[1:]), ("the merged b", mb and mb[1:]),
+                     ("the result", y)):
         if d is None or any(e is None for e in d):
             return f"{label}'s dims {d} are not all known (ints or symbols)"
     plan = {}

@@ -1,0 +1,33 @@
+"""bench/keras_exports.py: counts a tf2onnx export optimized three ways; a
+missing tensorflow is a one-line error, not a traceback."""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+sys.path.insert(0, BENCH)
+
+import keras_exports
+
+HAVE_TF = all(importlib.util.find_spec(m) is not None for m in ("tensorflow", "tf2onnx"))
+
+
+def test_without_tf2onnx_it_says_what_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "tf2onnx", None)  # import tf2onnx raises ImportError
+    if not HAVE_TF:
+        monkeypatch.setitem(sys.modules, "tensorflow", None)
+    assert keras_exports.main([]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err in ("error: tf2onnx is not installed: pip install tensorflow tf2onnx",
+                   "error: tensorflow is not installed: pip install tensorflow tf2onnx")
+
+
+@pytest.mark.skipif(not HAVE_TF, reason="needs tensorflow and tf2onnx (pip install tensorflow tf2onnx)")
+def test_keras_attention_fuses(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(keras_exports, "OUT", str(tmp_path))
+    assert keras_exports.main(["--models", "transformer", "--opsets", "17"]) == 0
+    row = dict(kv.split("=") for kv in capsys.readouterr().out.split())
+    assert int(row["opset23"]) < int(row["default"]) < int(row["onnxslim"]) < int(row["export"])
