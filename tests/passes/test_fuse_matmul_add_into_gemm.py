@@ -106,3 +106,41 @@ def test_torch_matmul_plus_bias():
     assert [n.op_type for n in proto.graph.node] == ["MatMul", "Add"]
     m, _ = fused(proto)
     assert ops(m) == ["Gemm"]
+
+
+SPLIT = """g (float[N,8] a) => (float[Y] y) <int64[4] shape = {-1, 2, 2, 4}> {
+    t = MatMul (a, w)
+    s = Reshape (t, shape)
+    y = Add (s, c)
+}"""
+
+
+@pytest.mark.parametrize("c_shape", [(2, 4), (1, 2, 4), (1, 1, 2, 4), (4,)])
+def test_a_bias_added_after_the_columns_are_split_goes_into_the_gemm(c_shape):
+    """Keras's EinsumDense through tf2onnx: [B*S, 8] -> [B, S, 2, 4] (here
+    [N/2, 2, 2, 4]) + b[2, 4]; a bias over the last axis only is taken too
+    when that axis holds all the columns."""
+    shape = "{-1, 2, 2, 4}" if c_shape != (4,) else "{-1, 2, 4}"
+    out = "?,2,2,4" if c_shape != (4,) else "?,2,4"
+    w_cols = 8 if c_shape != (4,) else 4
+    text = SPLIT.replace("{-1, 2, 2, 4}", shape).replace("float[Y] y", f"float[{out}] y")
+    text = text.replace("int64[4] shape", f"int64[{shape.count(',') + 1}] shape")
+    m, r = fused(with_weights(text, **rng_weights(w=(8, w_cols), c=c_shape)), a=[4, 8])
+    assert ops(m) == ["Gemm", "Reshape"] and m.graph.nodes[1].outputs[0].name == "y"
+    assert list(m.graph.nodes[0].inputs[2].initializer.dims) == [w_cols]
+
+
+@pytest.mark.parametrize("c_shape, why", [
+    ((2, 2, 4), "is not the trailing axes"),  # varies along an axis of rows
+    ((4,), "is not the trailing axes"),  # the last axis holds 4 of the 8 columns
+])
+def test_refuses_a_bias_after_a_split_that_is_not_per_column(c_shape, why):
+    text = SPLIT.replace("float[Y] y", "float[?,2,2,4] y")
+    m, r = run_rule(RULE, with_weights(text, **rng_weights(w=(8, 8), c=c_shape)))
+    assert not r.modified and any(why in x for x in near_misses(r)), near_misses(r)
+
+
+def test_refuses_a_bias_after_a_split_that_is_not_constant():
+    text = SPLIT.replace("(float[N,8] a)", "(float[N,8] a, float[2,4] c)").replace("float[Y] y", "float[?,2,2,4] y")
+    m, r = run_rule(RULE, with_weights(text, **rng_weights(w=(8, 8))))
+    assert not r.modified and any("not a constant" in x for x in near_misses(r)), near_misses(r)
