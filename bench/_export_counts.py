@@ -5,6 +5,8 @@ keras_exports.py."""
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -54,3 +56,29 @@ def count(paths: list, json_path=None) -> int:
         with open(json_path, "w") as f:
             json.dump(rows, f, indent=1)
     return 1 if any("FAILED" in map(str, r.values()) for r in rows) else 0
+
+
+def main(argv, *, description: str, opsets: str, needs: tuple, models, export, out: str) -> int:
+    """The command line both scripts share: --models, --opsets, --json.
+    `needs` are the modules to import first (2 and a one-line error
+    without them), `models()` builds {name: maker}, `export(models, names,
+    opsets)` writes the ONNX files under `out` and returns their paths."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--models", default="", help="comma-separated names (default: all)")
+    p.add_argument("--opsets", default=opsets, help=f"comma-separated opsets to export at (default {opsets})")
+    p.add_argument("--json", help="write the rows there too")
+    args = p.parse_args(argv)
+    try:
+        for module in needs:
+            importlib.import_module(module)
+    except ImportError as e:
+        print(f"error: {e.name} is not installed: pip install {' '.join(needs)}", file=sys.stderr)
+        return 2
+    made = models()
+    names = [n for n in args.models.split(",") if n] or list(made)
+    unknown = sorted(set(names) - set(made))
+    if unknown:
+        print(f"error: --models: unknown {', '.join(unknown)} (known: {', '.join(made)})", file=sys.stderr)
+        return 2
+    os.makedirs(out, exist_ok=True)
+    return count(export(made, names, [int(o) for o in args.opsets.split(",")]), args.json)

@@ -18,13 +18,12 @@ failed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _export_counts import count  # noqa: E402
+import _export_counts as export_counts  # noqa: E402
 
 OUT = os.path.join(HERE, "out", "keras")
 
@@ -100,26 +99,8 @@ def export(models: dict, names, opsets) -> list:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="", help="comma-separated names (default: all)")
-    p.add_argument("--opsets", default="13,17", help="comma-separated opsets to export at (default 13,17)")
-    p.add_argument("--json", help="write the rows there too")
-    args = p.parse_args(argv)
-    try:
-        import tensorflow  # noqa: F401
-        import tf2onnx  # noqa: F401
-    except ImportError as e:
-        print(f"error: {e.name} is not installed: pip install tensorflow tf2onnx", file=sys.stderr)
-        return 2
-    models = _models()
-    names = [n for n in args.models.split(",") if n] or list(models)
-    unknown = sorted(set(names) - set(models))
-    if unknown:
-        print(f"error: --models: unknown {', '.join(unknown)} (known: {', '.join(models)})", file=sys.stderr)
-        return 2
-    os.makedirs(OUT, exist_ok=True)
-    return count(export(models, names, [int(o) for o in args.opsets.split(",")]), args.json)
-
+    return export_counts.main(argv, description=__doc__.split("\n\n")[0], opsets="13,17",
+                              needs=("tensorflow", "tf2onnx"), models=_models, export=export, out=OUT)
 
 if __name__ == "__main__":
     sys.exit(main())

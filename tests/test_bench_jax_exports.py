@@ -18,11 +18,11 @@ import jax_exports
 HAVE_JAX = all(importlib.util.find_spec(m) is not None for m in ("jax", "flax", "jax2onnx"))
 
 
-def test_without_flax_it_says_what_to_install(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "flax", None)  # import flax raises ImportError
+def test_without_jax_it_says_what_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "jax", None)  # import jax raises ImportError
     assert jax_exports.main([]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "error: flax is not installed: pip install jax flax jax2onnx"
+    assert err == "error: jax is not installed: pip install jax flax jax2onnx"
 
 
 def test_nodes_counts_into_subgraphs(tmp_path):
