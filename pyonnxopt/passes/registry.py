@@ -7,6 +7,7 @@ from pyonnxopt.fusion.rules import BUILTIN_RULES
 from pyonnxopt.fusion.rules.cancel_reshapes_around_matmul import CancelReshapesAroundMatmul
 from pyonnxopt.fusion.rules.cancel_reshapes_around_transpose import CancelReshapesAroundTranspose
 from pyonnxopt.fusion.rules.eliminate_same_shape_reshapes import EliminateSameShapeReshapes
+from pyonnxopt.fusion.rules.squeeze_into_reshape import SqueezeIntoReshape
 from pyonnxopt.fusion.rules.transpose_before_unsqueeze import TransposeBeforeUnsqueeze
 from pyonnxopt.passes.base import NativePass, Pass
 from pyonnxopt.passes.eliminate_zero_rnn_states import EliminateZeroRnnStates
@@ -24,7 +25,7 @@ _PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].afte
 for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(),
            SlicesToSplit(), MergeEqualDims(), ShareBranchConstants(), EliminateSameShapeReshapes(),
            CancelReshapesAroundTranspose(),
-           TransposeBeforeUnsqueeze(), CancelReshapesAroundMatmul(),
+           TransposeBeforeUnsqueeze(), CancelReshapesAroundMatmul(), SqueezeIntoReshape(),
            *BUILTIN_RULES, FlattenLinearRows()):
     _PASSES[_p.name] = _p
 
@@ -34,7 +35,7 @@ DEFAULT_ORDER = [
     "simplify_algebra", "fold_constants", "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "slices_to_split",
     "optimize_transposes",
     "collapse_reshapes", "eliminate_same_shape_reshapes", "cancel_reshapes_around_transpose",
-    "transpose_before_unsqueeze", "cancel_reshapes_around_matmul",
+    "transpose_before_unsqueeze", "cancel_reshapes_around_matmul", "squeeze_into_reshape",
     *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "merge_equal_dims",
     "eliminate_common_subexpressions", "share_branch_constants", "eliminate_dead_code",
 ]
