@@ -67,7 +67,7 @@ class CancelReshapesAroundMatmul(Rule):
             if ones:  # the merge dropped them
                 v = edit.squeeze("Squeeze", v, ones, hint=f"{m.root.outputs[0].name}_{side}_squeezed")
             if f"{side}_swap" in m:
-                rank = len(plan["batch"]) + 2
+                rank = len(dims(m[side])) - len(ones)
                 (v,) = edit.node("Transpose", [v], {"perm": list(range(rank - 2)) + [rank - 1, rank - 2]},
                                  hint=f"{m.root.outputs[0].name}_{side}_swapped")
             operands.append(v)
@@ -85,8 +85,8 @@ def _without_ones(d: list) -> tuple:
 
 
 def _plan(m: Match):
-    """{"a", "b": the axes of size 1 a and b lose, "y": those y gains,
-    "batch": the batch axes}, or why the rule does not apply. Axes of size
+    """{"a", "b": the axes of size 1 a and b lose, "y": those y gains}, or
+    why the rule does not apply. Axes of size
     1 hold no order, so a Reshape may drop or add them anywhere."""
     a, b, y = dims(m["a"]), dims(m["b"]), dims(m.root.outputs[0])
     ma, mb = dims(m["a_merged"].outputs[0]), dims(m["b_merged"].outputs[0])
@@ -95,24 +95,22 @@ def _plan(m: Match):
                      ("the result", y)):
         if d is None or any(e is None for e in d):
             return f"{label}'s dims {d} are not all known (ints or symbols)"
-    plan = {}
+    plan, kept = {}, {}
     for side, d, merged in (("a", a, ma), ("b", b, mb)):
-        kept, plan[side] = _without_ones(d)
-        if (len(merged) != 3 or 1 in merged[1:] or len(kept) < 2
-                or not all(same_dim(x, z) for x, z in zip(kept[-2:], merged[1:]))):
+        kept[side], plan[side] = _without_ones(d)
+        if (len(merged) != 3 or 1 in merged[1:] or len(kept[side]) < 2
+                or not all(same_dim(x, z) for x, z in zip(kept[side][-2:], merged[1:]))):
             return f"the Reshape of {side} {d} -> {merged} does more than merge the axes before the last two"
         swap = m[f"{side}_swap"] if f"{side}_swap" in m else None
         if swap is not None and list(swap.attributes.get("perm", [2, 1, 0])) != [0, 2, 1]:
             return f"the Transpose after {side}'s Reshape moves more than its last two axes"
-        plan[f"{side}_kept"] = kept
-    ka, kb = plan.pop("a_kept"), plan.pop("b_kept")
+    ka, kb = kept["a"], kept["b"]
     if len(ka) != len(kb) or not all(same_dim(x, z) for x, z in zip(ka[:-2], kb[:-2])):
         return f"a's batch axes {ka[:-2]} and b's {kb[:-2]} are not provably the same dims"
     rows = ka[-1] if "a_swap" in m else ka[-2]
     cols = kb[-2] if "b_swap" in m else kb[-1]
     want = ka[:-2] + [rows, cols]
-    kept, plan["y"] = _without_ones(y)
-    if len(kept) != len(want) or not all(same_dim(x, z) for x, z in zip(kept, want)):
+    kept_y, plan["y"] = _without_ones(y)
+    if len(kept_y) != len(want) or not all(same_dim(x, z) for x, z in zip(kept_y, want)):
         return f"the result {y} is not the batch axes and the product's two, {want}"
-    plan["batch"] = ka[:-2]
     return plan
