@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <set>
 #include <system_error>
 
@@ -639,12 +640,12 @@ PYBIND11_MODULE(_core, m) {
                matches.append(bound);
              }
              for (const auto& n : found.near)
-               near.append(py::make_tuple(NodeRef{g.model, n.anchor}, text(n.reason), n.depth));
+               near.append(py::make_tuple(NodeRef{g.model, n.anchor}, text(n.reason), n.depth, n.ops));
              return py::make_tuple(matches, near);
            },
            py::arg("pattern"),
            "Every match of a Pattern in this graph (bindings in element order) and the near misses "
-           "(root node, reason, elements bound when it failed).")
+           "(root node, reason, elements bound when it failed, how many of them ops).")
       .def("clear_value_info", [](const GraphRef& g) { return g.ptr->clear_value_info(); },
            "Drops every value_info entry; returns how many.")
       .def("set_value_type",
@@ -866,7 +867,11 @@ PYBIND11_MODULE(_core, m) {
   py::class_<match::Pattern, std::shared_ptr<match::Pattern>>(m, "Pattern")
       .def(py::init([](const py::list& elements) { return std::make_shared<match::Pattern>(make_pattern(elements)); }),
            "A pattern from element dicts (see pyonnxopt/fusion/pattern.py).")
-      .def("__len__", [](const match::Pattern& p) { return p.elements.size(); });
+      .def("__len__", [](const match::Pattern& p) { return p.elements.size(); })
+      .def_property_readonly("ops", [](const match::Pattern& p) {
+        return std::count_if(p.elements.begin(), p.elements.end(),
+                             [](const match::Element& e) { return e.kind == match::Element::Kind::kOp; });
+      }, "How many of the elements are ops.");
   m.attr("PROTOBUF_LIMIT") = proto::kProtobufLimit;
   m.def("fold_kernel_ops", [] { return fold::kernel_ops(); }, "Ops the native folding kernels evaluate.");
   m.def("native_passes", [] {

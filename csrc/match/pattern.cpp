@@ -94,6 +94,7 @@ class Matcher {
   bool run(ir::Node* root) {
     best_reason_.clear();
     best_depth_ = -1;
+    best_ops_ = 0;
     std::vector<size_t> commutative;
     for (size_t e = 0; e < p_.elements.size(); ++e)
       if (p_.elements[e].commutative && p_.elements[e].inputs.size() >= 2) commutative.push_back(e);
@@ -120,6 +121,7 @@ class Matcher {
   const Match& match() const { return m_; }
   const std::string& reason() const { return best_reason_; }
   int reason_depth() const { return best_depth_ < 0 ? 0 : best_depth_; }
+  int reason_ops() const { return best_ops_; }
 
  private:
   const ir::Graph& graph_;
@@ -132,20 +134,28 @@ class Matcher {
   static constexpr size_t kMaxSwappable = 10;  // beyond, later commutative elements keep their order
   std::string best_reason_;
   int best_depth_ = -1;
+  int best_ops_ = 0;
 
   int depth() const {
     int d = 0;
     for (bool b : bound_) d += b;
     return d;
   }
+  int ops_bound() const {
+    int d = 0;
+    for (size_t e = 0; e < bound_.size(); ++e) d += bound_[e] && p_.elements[e].kind == Element::Kind::kOp;
+    return d;
+  }
   // Keeps the failure of the attempt that bound the most elements: the
   // "almost" of an almost-match. The reason is written only then: most
-  // failures are shallower than one already kept.
+  // failures are shallower than one already kept. `typed`: the failing op
+  // element had found a node of its type (it counts among the ops).
   template <class Why>
-  bool fail(Why&& why) {
+  bool fail(Why&& why, bool typed = false) {
     const int d = depth();
     if (d > best_depth_) {
       best_depth_ = d;
+      best_ops_ = ops_bound() + typed;
       best_reason_ = why();
     }
     return false;
@@ -218,7 +228,6 @@ class Matcher {
     const Element& el = p_.elements[size_t(e)];
     if (bound_[size_t(e)])
       return m_.nodes[size_t(e)] == n ? true : fail([&] { return label(e) + ": not the same node both times"; });
-    if (n->pinned) return fail([&] { return label(e) + ": " + who(*n) + " is pinned"; });
     bool type_ok = false;
     for (const auto& t : el.op_types) type_ok = type_ok || t == n->op_type.value;
     if (!type_ok || !same_domain(el.domain, n->domain.value)) {
@@ -226,18 +235,21 @@ class Matcher {
       for (const auto& t : el.op_types) want += (want.empty() ? "" : "/") + t;
       return fail([&] { return label(e) + ": " + who(*n) + " is not " + want; });
     }
+    if (n->pinned) return fail([&] { return label(e) + ": " + who(*n) + " is pinned"; }, true);
     for (const auto& c : el.attrs) {
       std::string why = check_attr(*n, c);
-      if (!why.empty()) return fail([&] { return label(e) + ": " + who(*n) + " " + why; });
+      if (!why.empty()) return fail([&] { return label(e) + ": " + who(*n) + " " + why; }, true);
     }
     // Present inputs beyond the pattern's, or missing required ones, fail.
     size_t present = n->inputs.size();
     while (present && !n->inputs[present - 1]) --present;
     if (present > el.inputs.size())
-      return fail([&] {
-        return label(e) + ": " + who(*n) + " has " + std::to_string(present) + " inputs, needs at most " +
-               std::to_string(el.inputs.size());
-      });
+      return fail(
+          [&] {
+            return label(e) + ": " + who(*n) + " has " + std::to_string(present) + " inputs, needs at most " +
+                   std::to_string(el.inputs.size());
+          },
+          true);
     bound_[size_t(e)] = true;
     m_.nodes[size_t(e)] = n;
     auto input = [&](size_t i) { return i < n->inputs.size() ? n->inputs[i] : nullptr; };
@@ -307,7 +319,7 @@ Matches find_all(const ir::Graph& graph, const Pattern& pattern) {
     if (matcher.run(n))
       out.found.push_back(matcher.match());
     else
-      out.near.push_back({n, matcher.reason(), matcher.reason_depth()});
+      out.near.push_back({n, matcher.reason(), matcher.reason_depth(), matcher.reason_ops()});
   }
   return out;
 }

@@ -74,11 +74,15 @@ struct Match {
 // A root-op node where the pattern failed after the root's op type matched,
 // and the first condition that failed on the most promising attempt.
 // `depth`: how many elements that attempt had bound (a rule with several
-// variant patterns reports the one that came closest).
+// variant patterns reports the one that came closest); `ops`: how many op
+// elements had found a node of their type (the failing one included), so a
+// caller can tell an Add that is only an Add from one where the pattern's
+// shape had begun to appear.
 struct NearMiss {
   ir::Node* anchor = nullptr;
   std::string reason;
   int depth = 0;
+  int ops = 0;
 };
 
 struct Matches {

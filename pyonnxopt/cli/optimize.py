@@ -161,13 +161,18 @@ def render_explain(report: dict, rules: list) -> None:
         if not runs:
             out.print(f"{esc(rule)}: did not run (skipped, or not in --passes)")
             continue
-        table = Table(title=f"{esc(rule)}: {sum(len(r['rewrites']) for r in runs)} fired")
+        fired = [w for r in runs for w in r["rewrites"]]
+        near = runs[-1].get("near_misses", [])
+        title = f"{esc(rule)}: {len(fired)} fired"
+        if not fired and not near:
+            out.print(f"{title}, no near miss (no node of the model came close to its pattern)")
+            continue
+        table = Table(title=title, min_width=len(title))  # a narrow table would wrap its title
         for col in ("where", "result"):
             table.add_column(col)
-        for r in runs:
-            for w in r["rewrites"]:
-                table.add_row(esc(", ".join(w["consumed"])), "[green]fused[/green]")
-        for line in runs[-1].get("near_misses", []):
+        for w in fired:
+            table.add_row(esc(", ".join(w["consumed"])), "[green]fused[/green]")
+        for line in near:
             where, _, why = line.partition(": ")
             table.add_row(esc(where), f"[yellow]not fused:[/yellow] {esc(why)}")
         out.print(table)

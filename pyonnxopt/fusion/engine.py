@@ -65,12 +65,13 @@ def _run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
         closest: dict = {}  # root-type node no variant matched -> (elements bound, why)
         matched: set = set()
         for pattern, names in compiled:
+            enough_ops = min(rule.near_miss_min_ops, pattern.ops)
             # Again while an earlier rewrite made a match stale: the larger
             # variants (tried first) then still win where they apply.
             for _ in range(ROUNDS):
                 found, near = graph.match(pattern)
-                for anchor, why, depth in near if rule.pattern_near_misses else ():
-                    if depth > closest.get(anchor, (-1, ""))[0]:
+                for anchor, why, depth, ops in near if rule.pattern_near_misses else ():
+                    if ops >= enough_ops and depth > closest.get(anchor, (-1, ""))[0]:
                         closest[anchor] = (depth, why)
                 touched: set = set()
                 stale = [_apply(rule, model, graph, names, bound, opset, options, touched, matched, stats)

@@ -214,6 +214,10 @@ class Rule(Pass):
     # Whether a node of the root's type that the pattern did not fit is a near miss
     # (False for cleanups whose pattern every Reshape starts: that is no "almost").
     pattern_near_misses = True
+    # ... and only once this many of the pattern's ops fit (at most all of them):
+    # a Conv whose input is no Pad, an Add of no Mul, is no "almost" either.
+    # 1 where the root is itself what the rule removes (a BatchNormalization).
+    near_miss_min_ops = 2
 
     def pattern(self, opset: int) -> Union[Op, list]:
         """Called once per opset: the compiled pattern is kept on the rule."""

@@ -65,7 +65,8 @@ def test_bias_not_of_the_last_dim_is_refused(x, bias, reason):
 
 def test_other_refusals():
     m, r, _ = fuse(RULE, model("s = Add (x, b)  y = com.microsoft.FastGelu (s, b)"), target="ort")
-    assert not r.modified and any("has 2 inputs, needs at most 1" in n for n in r.stats["near_misses"])
+    # A FastGelu that already takes its bias is not a near miss: only the root's type fits.
+    assert not r.modified and r.stats["near_misses"] == []
     shared = parser.parse_model('<ir_version: 10, opset_import: ["" : 20]> g (float[2,5,16] x) => '
                                 f"(float[2,5,16] y, float[2,5,16] s) {BIAS} {{ s = Add (x, b)  y = Gelu (s) }}")
     assert not fuse(RULE, shared, target="ort")[1].modified

@@ -244,8 +244,9 @@ def test_variant_patterns_each_fire_and_the_closest_miss_is_reported():
     before = parse(text)
     m, r = run(ScaledRelu(), text)
     assert [rw["consumed"] for rw in r.stats["rewrites"]] == [["Mul->y", "Relu->a"], ["Add->z", "Relu->b"]]
-    # Only the Mul variant can root at Mul->w; it fails at its first input.
-    assert r.stats["near_misses"] == ["Mul->w: 'relu': 'Exp->c' is not Relu"]
+    # Only the Mul variant can root at Mul->w; it fails at its first input,
+    # so only the root's type fits: a Mul, not an almost-match.
+    assert r.stats["near_misses"] == []
     x = np.array([-1.0, 2.0], np.float32)
     for have, want in zip(outputs(m, {"x": x}), outputs(before, {"x": x})):
         np.testing.assert_array_equal(have, want)
@@ -262,6 +263,50 @@ def test_the_variant_that_bound_most_explains_the_miss():
     m, r = run(TwoMuls(), """g (float[2] x) => (float[2] y) <float three = {3.0}> { a = Relu(x)  y = Mul(a, three) }""")
     assert not r.modified
     assert r.stats["near_misses"] == ["Mul->y: 'two': 'three' holds 3.000000, needs every element 2.000000"]
+
+
+NEAR_MISS_GRAPH = """g (float[2] x) => (float[2] y, float[2] z, float[2] w) <float two = {2.0}, float three = {3.0}> {
+    a = Relu(x)
+    y = Mul(a, three)
+    b = Exp(x)
+    z = Mul(b, two)
+    w = Mul(x, three)
+}"""
+
+
+def test_a_near_miss_needs_two_of_the_patterns_ops_by_default():
+    class ReluTimesTwo(ScaledRelu):
+        name = "test_min_ops"
+
+        def pattern(self, opset):
+            return Op("Mul", Op("Relu", Var("x"), name="relu"), Const("two", value=2.0))
+
+    # Mul->y: the Relu fits too, so its constant is the reason; Mul->z and
+    # Mul->w: only the root's type fits.
+    _, r = run(ReluTimesTwo(), NEAR_MISS_GRAPH)
+    assert r.stats["near_misses"] == ["Mul->y: 'two': 'three' holds 3.000000, needs every element 2.000000"]
+
+    class EveryMul(ReluTimesTwo):
+        near_miss_min_ops = 1
+
+    _, r = run(EveryMul(), NEAR_MISS_GRAPH)
+    assert r.stats["near_misses"] == ["Mul->y: 'two': 'three' holds 3.000000, needs every element 2.000000",
+                                      "Mul->z: 'relu': 'Exp->b' is not Relu",
+                                      "Mul->w: 'relu': 'x' is not produced by a node"]
+
+
+def test_a_one_op_pattern_needs_only_its_root():
+    class TimesTwo(ScaledRelu):
+        name = "test_one_op"
+
+        def pattern(self, opset):
+            return Op("Mul", Var("x"), Const("two", value=2.0))
+
+    _, r = run(TimesTwo(), NEAR_MISS_GRAPH)
+    assert sorted(r.stats["near_misses"]) == [
+        "Mul->w: 'two': 'three' holds 3.000000, needs every element 2.000000",
+        "Mul->y: 'two': 'three' holds 3.000000, needs every element 2.000000"]
+    assert [rw["consumed"] for rw in r.stats["rewrites"]] == [["Mul->z"]]
 
 
 class NegAbs(Rule):

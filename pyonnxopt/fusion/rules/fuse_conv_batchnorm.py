@@ -37,6 +37,7 @@ from pyonnxopt.fusion.rules._channels import Channels, bias_refusal, channels_of
 class FuseConvBatchnorm(Rule):
     name = "fuse_conv_batchnorm"
     description = "fold an inference BatchNormalization into the Conv/ConvTranspose before it"
+    near_miss_min_ops = 1  # every BatchNormalization left unfused is worth a reason
 
     def pattern(self, opset: int) -> Op:
         conv = Op("Conv|ConvTranspose", Var("x"), Const("w"), Const("b", optional=True), name="conv")

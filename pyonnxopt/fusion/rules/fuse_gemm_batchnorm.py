@@ -53,6 +53,7 @@ class FuseGemmBatchnorm(Rule):
     name = "fuse_gemm_batchnorm"
     description = "fold an inference BatchNormalization over [N, C] into the Gemm/MatMul weight before it"
     min_opset = 7
+    near_miss_min_ops = 1  # every BatchNormalization left unfused is worth a reason
 
     def pattern(self, opset: int) -> list:
         product = Op("Gemm|MatMul", Var("a"), Const("w"), Const("c", optional=True), name="product")
