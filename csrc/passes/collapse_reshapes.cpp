@@ -226,6 +226,90 @@ const char* target_of(const Model& m, const Graph& g, const std::deque<Node*>& c
   return nullptr;
 }
 
+// A chain of Squeezes and Unsqueezes alone, as one Squeeze of the input's
+// axes it drops and one Unsqueeze of the output's axes it inserts: what a
+// Reshape target cannot say where two dims are unknown and move (a mask's
+// [B, S] -> [B, 1, S] -> [B, 1, 1, S]).
+struct AxisMoves {
+  std::vector<int64_t> dropped, inserted;
+  size_t nodes() const { return size_t(!dropped.empty()) + size_t(!inserted.empty()); }
+};
+
+// Normalized axes for rank `rank`; false when one is out of range or repeated.
+bool normalized(std::vector<int64_t> axes, int64_t rank, std::vector<bool>& marked) {
+  marked.assign(size_t(rank), false);
+  for (int64_t a : axes) {
+    if (a < -rank || a >= rank) return false;
+    const size_t i = size_t(a < 0 ? a + rank : a);
+    if (marked[i]) return false;
+    marked[i] = true;
+  }
+  return true;
+}
+
+const char* axis_moves(const Model& m, const Graph& g, const std::deque<Node*>& chain, AxisMoves& moves) {
+  Dims dims = known_shape(chain.front()->inputs[0]);
+  if (!dims) return "the input's rank is unknown";
+  // Per axis of the value so far: the input axis it is, or -1 (inserted), and its dim.
+  std::vector<int64_t> source, dim = *dims;
+  for (size_t k = 0; k < dim.size(); ++k) source.push_back(int64_t(k));
+  std::vector<bool> marked;
+  for (const Node* n : chain) {
+    const bool squeeze = n->op_type.value == "Squeeze";
+    if (!squeeze && n->op_type.value != "Unsqueeze") return "a Reshape or Flatten among Squeezes and Unsqueezes";
+    IntList axes = int_list(m, g, *n, "axes", 1, 13);
+    if (axes.why || (!squeeze && !axes.present)) return "axes not constant";
+    const int64_t rank = int64_t(source.size() + (squeeze ? 0 : axes.values.size()));
+    if (squeeze && axes.values.empty()) {  // every axis of size 1
+      marked.assign(source.size(), false);
+      for (size_t i = 0; i < dim.size(); ++i) {
+        if (dim[i] == kUnknownDim) return "a Squeeze without axes of a dim that may be 1";
+        marked[i] = dim[i] == 1;
+      }
+    } else if (!normalized(axes.values, rank, marked)) {
+      return "axes out of range or repeated";
+    }
+    std::vector<int64_t> next_source, next_dim;
+    for (size_t i = 0, from = 0; i < size_t(rank); ++i) {
+      if (squeeze && marked[i]) {
+        if (source[i] >= 0) moves.dropped.push_back(source[i]);
+      } else if (squeeze || !marked[i]) {
+        next_source.push_back(source[squeeze ? i : from]);
+        next_dim.push_back(dim[squeeze ? i : from]);
+        ++from;
+      } else {
+        next_source.push_back(-1);
+        next_dim.push_back(1);
+      }
+    }
+    source.swap(next_source);
+    dim.swap(next_dim);
+  }
+  std::sort(moves.dropped.begin(), moves.dropped.end());
+  for (size_t i = 0; i < source.size(); ++i)
+    if (source[i] < 0) moves.inserted.push_back(int64_t(i));
+  return nullptr;
+}
+
+// A Squeeze or Unsqueeze of `x` by constant `axes`, in the opset's form.
+Node* axes_node(const Model& m, Graph& g, FreshNames& names, const char* op, Value* x, const std::vector<int64_t>& axes,
+                const std::string& base, Node* before, PassStats& stats) {
+  Node* n = g.new_node();
+  n->op_type.set(op);
+  n->inputs.push_back(x);
+  if (default_opset(m, g) < 13) {
+    Attribute& a = n->attributes.emplace_back();
+    a.name.set("axes");
+    a.type.set(int32_t(AttrType::kInts));
+    a.ints = axes;
+  } else {
+    bool as_node = false;
+    n->inputs.push_back(add_constant(m, g, int_tensor(axes, fold::kInt64), names.make(base + "_axes"), before, as_node));
+    if (as_node) ++stats.nodes_added;
+  }
+  return n;
+}
+
 // Whether only chain ops of `g` read `v`, each as its data: then every
 // reader can take the chain above it into itself, and the last one to do so
 // removes it (an Unsqueeze read by two Unsqueezes: 3 nodes -> 2).
@@ -261,6 +345,28 @@ bool continues(const Graph& g, const Node& n) {
   return next->graph == &g && is_chain_op(*next) && next->inputs[0] == v && !next->pinned && !n.pinned;
 }
 
+// Puts `replacement` where the chain's last node is (its output keeps its
+// name) and removes the chain up from there while nothing else reads a node
+// (other readers of a shared one take it into themselves in their turn).
+void replace_chain(Graph& g, const std::deque<Node*>& chain, Node* replacement, const char* what, PassStats& stats) {
+  Node* last = chain.back();
+  std::deque<std::pair<std::string, std::string>> removed{{node_id(*last), last->display_name()}};
+  g.replace_node(last, replacement);
+  for (auto it = chain.rbegin() + 1; it != chain.rend() && (*it)->outputs[0]->uses.empty(); ++it) {
+    removed.emplace_front(node_id(**it), (*it)->display_name());
+    g.remove_node(*it);
+  }
+  Rewrite record{what, {}, {}};
+  for (const auto& [id, display] : removed) {
+    record.consumed.push_back(id);
+    stats.removed.push_back(display);
+  }
+  record.produced.push_back(node_id(*replacement));
+  stats.rewrites.push_back(std::move(record));
+  stats.nodes_removed += static_cast<int64_t>(removed.size());
+  ++stats.nodes_added;
+}
+
 }  // namespace
 
 PassStats CollapseReshapes::run(Model& model, const PassOptions&) const {
@@ -277,14 +383,41 @@ PassStats CollapseReshapes::run(Model& model, const PassOptions&) const {
       if (chain.size() < 2) continue;
       Target target;
       if (const char* r = target_of(model, *g, chain, target, why)) {
-        refused.insert(last->display_name() + ": " + r);
+        AxisMoves moves;
+        if (axis_moves(model, *g, chain, moves) || moves.nodes() >= chain.size()) {
+          refused.insert(last->display_name() + ": " + r);
+          continue;
+        }
+        const std::string base = last->name.value.empty() ? last->outputs[0]->name : last->name.value;
+        Value* x = chain.front()->inputs[0];
+        Node* replacement = nullptr;
+        if (!moves.dropped.empty()) {
+          replacement = axes_node(model, *g, names, "Squeeze", x, moves.dropped,
+                                  moves.inserted.empty() ? base : base + "_squeeze", last, stats);
+          if (!moves.inserted.empty()) {
+            replacement->name.set(base + "_squeeze");
+            replacement->outputs.push_back(g->create_value(names.make(base + "_squeezed")));
+            g->add_node(replacement, last);
+            ++stats.nodes_added;
+            x = replacement->outputs[0];
+          }
+        }
+        if (!moves.inserted.empty())
+          replacement = axes_node(model, *g, names, "Unsqueeze", x, moves.inserted, base, last, stats);
+        if (!replacement) {  // the chain gives its input back: an Identity, which eliminate_identity takes
+          replacement = g->new_node();
+          replacement->op_type.set("Identity");
+          replacement->inputs.push_back(x);
+        }
+        replacement->name = last->name;
+        replace_chain(*g, chain, replacement, "collapsed squeezes and unsqueezes", stats);
+        changed = true;
         continue;
       }
       Node* reshape = g->new_node();
       reshape->op_type.set("Reshape");
       reshape->name = last->name;
       reshape->inputs.push_back(chain.front()->inputs[0]);
-      Rewrite record{"collapsed reshapes", {}, {}};
       if (opset && opset < 5) {
         Attribute& a = reshape->attributes.emplace_back();
         a.name.set("shape");
@@ -303,22 +436,7 @@ PassStats CollapseReshapes::run(Model& model, const PassOptions&) const {
         a.type.set(int32_t(AttrType::kInt));
         a.i.set(1);
       }
-      std::deque<std::pair<std::string, std::string>> removed{{node_id(*last), last->display_name()}};
-      g->replace_node(last, reshape);
-      // Up the chain while nothing else reads a node (other readers of a
-      // shared one take it into themselves in their turn).
-      for (auto it = chain.rbegin() + 1; it != chain.rend() && (*it)->outputs[0]->uses.empty(); ++it) {
-        removed.emplace_front(node_id(**it), (*it)->display_name());
-        g->remove_node(*it);
-      }
-      for (const auto& [id, display] : removed) {
-        record.consumed.push_back(id);
-        stats.removed.push_back(display);
-      }
-      record.produced.push_back(node_id(*reshape));
-      stats.rewrites.push_back(std::move(record));
-      stats.nodes_removed += static_cast<int64_t>(removed.size());
-      ++stats.nodes_added;
+      replace_chain(*g, chain, reshape, "collapsed reshapes", stats);
       changed = true;
     }
     if (changed) {

@@ -15,6 +15,12 @@
 // one dim it leaves unknown. The shape becomes a new constant under a fresh
 // name (an attribute before opset 5); the last node's output keeps its name.
 //
+// Where no Reshape target can say it (two unknown dims that move: DeBERTa's
+// [S, T] -> [1, S, T] -> [1, 1, S, T]), a chain of Squeezes and Unsqueezes
+// alone becomes one Squeeze of the input axes it drops and one Unsqueeze of
+// the output axes it inserts (an Identity when it gives its input back),
+// when that is fewer nodes.
+//
 // Refuses (stats.refused):
 //   1. a shape or axes input that is not a constant;
 //   2. an output shape with more than one dim unknown, or an unknown rank;

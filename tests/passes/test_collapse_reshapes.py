@@ -228,6 +228,111 @@ def test_two_chains_split_by_a_node_between():
     assert ops(m) == ["Reshape", "Relu", "Reshape"]
 
 
+def feeds_for(shape):
+    return {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+
+
+@pytest.mark.parametrize("opset", [11, 13, 17])
+def test_unsqueezes_that_move_two_unknown_dims_become_one_unsqueeze(opset):
+    # DeBERTa's relative mask [S, T] -> [1, 1, S, T]: no Reshape target says
+    # it (both unknown dims move), one Unsqueeze does.
+    axes = ("<axes = [0]>", "<axes = [-3]>", "", "") if opset < 13 else ("", "", ", zero", ", minus3")
+    m, r = check(f"""g (float[S,T] x) => (float[1,1,S,T] y) <int64[1] zero = {{0}}, int64[1] minus3 = {{-3}}> {{
+        a = Unsqueeze {axes[0]} (x{axes[2]})
+        y = Unsqueeze {axes[1]} (a{axes[3]})
+    }}""", opset, feeds_for((2, 5)))
+    assert ops(m) == ["Unsqueeze"] and m.graph.nodes[0].inputs[0].name == "x"
+    node = m.to_onnx().graph.node[0]
+    axes = helper.get_attribute_value(node.attribute[0]) if opset < 13 else initializer(m, node.input[1]).tolist()
+    assert list(axes) == [0, 1]
+    assert r.stats["rewrites"][0]["what"] == "collapsed squeezes and unsqueezes"
+
+
+def test_squeezes_become_one_squeeze():
+    m, r = check("""g (float[1,B,1,S] x) => (float[B,S] y) <int64[1] two = {2}, int64[1] zero = {0}> {
+        a = Squeeze(x, two)
+        y = Squeeze(a, zero)
+    }""", 17, feeds_for((1, 3, 1, 4)))
+    assert structure(m) == [("Squeeze", ["x", "y_axes"], ["y"])]
+    assert initializer(m, "y_axes").tolist() == [0, 2]
+
+
+def test_a_squeeze_then_two_unsqueezes_become_one_of_each():
+    m, r = check("""g (float[1,B,S] x) => (float[B,1,1,S] y) <int64[1] zero = {0}, int64[1] one = {1}> {
+        a = Squeeze(x, zero)
+        b = Unsqueeze(a, one)
+        y = Unsqueeze(b, one)
+    }""", 17, feeds_for((1, 3, 4)))
+    assert structure(m) == [("Squeeze", ["x", "y_squeeze_axes"], ["y_squeezed"]),
+                            ("Unsqueeze", ["y_squeezed", "y_axes"], ["y"])]
+    assert initializer(m, "y_squeeze_axes").tolist() == [0] and initializer(m, "y_axes").tolist() == [1, 2]
+    assert r.stats["nodes_removed"] == 3 and r.stats["nodes_added"] == 2
+
+
+def test_squeezes_and_unsqueezes_that_cancel_leave_an_identity():
+    # Empty: a Reshape target could not say [0, S] with one -1.
+    text = """g (float[0,S] x) => (float[0,S] y) <int64[1] zero = {0}> {
+        r = Relu(x)
+        a = Unsqueeze(r, zero)
+        y = Squeeze(a, zero)
+    }"""
+    before = parse(text, 17)
+    m = pyonnxopt.load(before)
+    run_passes(m, ["infer_shapes", "collapse_reshapes"])
+    assert structure(m) == [("Relu", ["x"], ["r"]), ("Identity", ["r"], ["y"])]
+    optimized, _ = pyonnxopt.optimize(before)  # eliminate_identity then takes it
+    assert ops(optimized) == ["Relu"]
+    assert outputs(optimized, feeds_for((0, 4)))[0].shape == (0, 4)
+
+
+def test_a_squeeze_and_an_unsqueeze_that_stay_two_nodes_are_left():
+    m, r = check("""g (float[1,B,S] x) => (float[B,S,1] y) <int64[1] zero = {0}, int64[1] two = {2}> {
+        a = Squeeze(x, zero)
+        y = Unsqueeze(a, two)
+    }""", 17, feeds_for((1, 3, 4)))
+    assert ops(m) == ["Squeeze", "Unsqueeze"] and reasons(r) == ["more than one dim of the output is unknown"]
+
+
+def test_a_squeeze_without_axes_of_unknown_dims_is_left():
+    m, r = check("""g (float[1,B,S] x) => (float[B,S,1] y) <int64[1] two = {2}> {
+        a = Squeeze(x)
+        y = Unsqueeze(a, two)
+    }""", 17, feeds_for((1, 3, 4)))
+    assert ops(m) == ["Squeeze", "Unsqueeze"] and not r.modified
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_squeeze_unsqueeze_chains_with_unknown_dims(seed):
+    rng = np.random.default_rng(seed)
+    shape, nodes, inits = ["B", 1, "S", 1], [], []
+    name = "x"
+    for i in range(int(rng.integers(2, 6))):
+        ones = [k for k, d in enumerate(shape) if d == 1]
+        if ones and rng.random() < 0.5:
+            picked = sorted(rng.choice(ones, size=int(rng.integers(1, len(ones) + 1)), replace=False).tolist())
+            op, new = "Squeeze", [d for k, d in enumerate(shape) if k not in picked]
+        else:
+            rank = len(shape) + int(rng.integers(1, 3))
+            picked = sorted(rng.choice(rank, size=rank - len(shape), replace=False).tolist())
+            rest = iter(shape)
+            op, new = "Unsqueeze", [1 if k in picked else next(rest) for k in range(rank)]
+        axes = [a - (len(new) if op == "Unsqueeze" else len(shape)) if rng.random() < 0.3 else a for a in picked]
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), f"axes{i}"))
+        nodes.append(helper.make_node(op, [name, f"axes{i}"], [f"v{i}"]))
+        shape, name = new, f"v{i}"
+    g = helper.make_graph(nodes, f"chain{seed}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 1, "S", 1])],
+                          [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)], inits)
+    before = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    m, r = run_pass("collapse_reshapes", before, full_check=False)
+    onnx.checker.check_model(m.to_onnx())
+    feeds = feeds_for((3, 1, 5, 1))
+    for want, got in zip(outputs(before, feeds), outputs(m, feeds)):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert len(m.graph.nodes) <= min(len(nodes), 2)
+    assert not get("collapse_reshapes").run(m, PassOptions()).modified
+
+
 REFUSALS = {
     "shape 's' is not a constant (no initializer)": ("""g (float[2,3,4] x, int64[2] s) => (float[6,4,1] y)
             <int64[1] two = {2}> {
