@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from pyonnxopt.benchmark import ab, latency
 from pyonnxopt.benchmark.cold import cold_start
@@ -25,10 +25,13 @@ def bench(models: Sequence[str], *, provider: str = "cpu", intra_op_threads: Opt
           inter_op_threads: Optional[int] = None, level: str = "all", warmup: int = 10,
           iterations: Optional[int] = None, seconds: Optional[float] = None, concurrency: int = 1,
           batch_size: Optional[int] = None, inputs: Optional[str] = None, seed: int = 0, profile: bool = False,
-          cold: bool = True, progress=None) -> dict:
+          cold: bool = True, dims: Optional[Mapping[str, int]] = None, vocab_size: Optional[int] = None,
+          progress=None) -> dict:
     """Benchmarks one model, or two (A, B) against each other. `iterations`
     or `seconds` (per model; default DEFAULT_ITERATIONS runs) bound the timed
-    runs, after `warmup` untimed ones. `progress(text)` hears what is running."""
+    runs, after `warmup` untimed ones. Random inputs take `dims` {symbol:
+    size} for named dynamic dims (others are 1) and keep token ids below
+    `vocab_size`. `progress(text)` hears what is running."""
     started = time.perf_counter()
     say = progress or (lambda text: None)
     settings = Settings(provider, intra_op_threads, inter_op_threads, level)
@@ -50,7 +53,7 @@ def bench(models: Sequence[str], *, provider: str = "cpu", intra_op_threads: Opt
         sess = create_session(path, settings, label)
         warm_s = time.perf_counter() - start
         try:
-            feed = model_feeds(path, label, inputs, seed, batch_size, samples)
+            feed = model_feeds(path, label, inputs, seed, batch_size, samples, dims=dims, vocab_size=vocab_size)
         except Error:
             raise
         except Exception as e:  # onnx cannot read what onnxruntime could: still the model's fault
@@ -110,7 +113,9 @@ def bench(models: Sequence[str], *, provider: str = "cpu", intra_op_threads: Opt
         "settings": {"provider": provider, "intra_op_threads": intra_op_threads, "inter_op_threads": inter_op_threads,
                      "optimization_level": level, "warmup": warmup, "iterations": iterations, "seconds": seconds,
                      "concurrency": concurrency, "batch_size": batch_size,
-                     "inputs": {"source": inputs or "random", "seed": None if inputs else seed}},
+                     "inputs": {"source": inputs or "random", "seed": None if inputs else seed,
+                                "dims": None if inputs else dict(dims or {}),
+                                "vocab_size": None if inputs else vocab_size}},
         "models": records,
         "comparison": comparison,
         "seconds": time.perf_counter() - started,

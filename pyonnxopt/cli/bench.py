@@ -24,6 +24,9 @@ def add_parser(sub):
     p.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="threads calling one shared session at once for the QPS figure (default 1)")
     p.add_argument("--batch-size", type=int, metavar="N", help="first dim of inputs whose first dim is dynamic")
+    p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=N",
+                   help="size of a named dynamic dim in random inputs, e.g. seq=128 (repeatable; others are 1)")
+    p.add_argument("--vocab-size", type=int, metavar="V", help="token-id inputs stay below V")
     p.add_argument("--inputs", metavar="PATH", help="inputs to run on (.npz, or a folder of samples) instead of random ones")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--profile", action="store_true", help="also profile each model: time per op type, slowest nodes")
@@ -35,13 +38,15 @@ def add_parser(sub):
 
 def run(args) -> int:
     from pyonnxopt.benchmark import bench
+    from pyonnxopt.cli.verify import parse_dims
 
     with console(stderr=True).status("benchmarking") as status:
         result = bench(args.models, provider=args.provider, intra_op_threads=args.threads,
                        inter_op_threads=args.inter_threads, level=args.level, warmup=args.warmup,
                        iterations=args.iterations, seconds=args.seconds, concurrency=args.concurrency,
                        batch_size=args.batch_size, inputs=args.inputs, seed=args.seed, profile=args.profile,
-                       cold=not args.no_cold, progress=lambda text: status.update(f"benchmarking: {text}"))
+                       cold=not args.no_cold, dims=parse_dims(args.dim), vocab_size=args.vocab_size,
+                       progress=lambda text: status.update(f"benchmarking: {text}"))
     if args.report:
         write_atomic(args.report, to_json(result))
     if args.json:
@@ -73,7 +78,8 @@ def render(result: dict) -> None:
     out.print(f"provider {s['provider']}, level {s['optimization_level']}, intra-op threads {threads}"
               f"{', inter-op threads ' + str(s['inter_op_threads']) if s['inter_op_threads'] else ''}, "
               f"warm-up {s['warmup']}, {amount}, concurrency {s['concurrency']}"
-              f"{', batch ' + str(s['batch_size']) if s['batch_size'] else ''}")
+              f"{', batch ' + str(s['batch_size']) if s['batch_size'] else ''}"
+              f"{''.join(f', {k}={v}' for k, v in (s['inputs'].get('dims') or {}).items())}")
     for m in result["models"]:
         lat = m["latency_ms"]
         table = Table(title=f"{esc(m['label'])}: {esc(m['path'])}", show_header=False)

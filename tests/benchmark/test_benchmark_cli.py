@@ -28,7 +28,8 @@ def test_two_models_json_schema(chain, tmp_path, capsys):
     assert out["kind"] == "bench" and out["version"] == 1 and out["seconds"] > 0
     assert out["settings"] == {"provider": "cpu", "intra_op_threads": 1, "inter_op_threads": None,
                                "optimization_level": "all", "warmup": 2, "iterations": 20, "seconds": None,
-                               "concurrency": 2, "batch_size": 8, "inputs": {"source": "random", "seed": 0}}
+                               "concurrency": 2, "batch_size": 8,
+                               "inputs": {"source": "random", "seed": 0, "dims": {}, "vocab_size": None}}
     assert [m["label"] for m in out["models"]] == ["A", "B"] and [m["path"] for m in out["models"]] == [a, b]
     for m in out["models"]:
         assert MODEL_KEYS <= set(m) and set(m["latency_ms"]) == LATENCY_KEYS
@@ -99,6 +100,10 @@ def test_api_load_error_prefix(chain, tmp_path):
     (["{a}", "--iterations", "5", "--seconds", "1"], "not allowed with argument"),
     (["{a}", "--level", "max"], "invalid choice: 'max'"),
     (["{a}", "--inputs", "{npz}"], "input 'nope'"),
+    (["{a}", "--dim", "seq"], "--dim 'seq': expected SYMBOL=N, e.g. seq=128"),
+    (["{a}", "--dim", "seq=4"], "--dim seq: the model has no dynamic dim named 'seq'"),
+    (["{a}", "--dim", "seq=0"], "--dim seq"),
+    (["{a}", "--vocab-size", "0"], "--vocab-size"),
 ])
 def test_bad_input_is_one_line_exit_2(chain, tmp_path, capsys, argv, message):
     a = chain(1)
@@ -116,5 +121,30 @@ def test_user_inputs_are_run(chain, tmp_path):
     npz = tmp_path / "x.npz"
     np.savez(npz, x=np.ones((8, 256), np.float32))
     out = bench([chain(1)], inputs=str(npz), iterations=3, warmup=0, cold=False)
-    assert out["settings"]["inputs"] == {"source": str(npz), "seed": None}
+    assert out["settings"]["inputs"] == {"source": str(npz), "seed": None, "dims": None, "vocab_size": None}
     assert out["models"][0]["latency_ms"]["count"] == 3
+
+
+def test_named_dims_and_vocab_size_size_random_inputs(tmp_path, capsys):
+    from onnx import parser
+    import onnx
+    from pyonnxopt.benchmark.feeds import model_feeds
+
+    path = tmp_path / "seq.onnx"
+    onnx.save(parser.parse_model("""<ir_version: 8, opset_import: ["" : 11]>
+        g (int64[B,S] input_ids, float[B,S,4] h) => (float[B,S,4] y) {
+            c = Cast <to = 1> (input_ids)
+            u = Unsqueeze <axes = [2]> (c)
+            y = Add(h, u)
+        }"""), path)
+    (feed,) = model_feeds(str(path), "A", None, 0, 2, dims={"S": 5}, vocab_size=7)
+    assert feed["h"].shape == (2, 5, 4) and feed["input_ids"].shape == (2, 5)
+    assert feed["input_ids"].max() < 7 and feed["input_ids"].max() > 1  # token ids, not 0 and 1
+    assert main(["bench", str(path), "--dim", "S=5", "--batch-size", "2", "--vocab-size", "7", "--iterations", "3",
+                 "--warmup", "0", "--no-cold", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["settings"]["inputs"] == {"source": "random", "seed": 0, "dims": {"S": 5}, "vocab_size": 7}
+    npz = tmp_path / "x.npz"
+    np.savez(npz, input_ids=np.ones((2, 5), np.int64), h=np.ones((2, 5, 4), np.float32))
+    assert main(["bench", str(path), "--dim", "S=5", "--inputs", str(npz), "--no-cold"]) == 2
+    assert "--dim and --vocab-size size random inputs" in capsys.readouterr().err
