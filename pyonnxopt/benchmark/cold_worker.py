@@ -19,7 +19,7 @@ def apply_options(rt, spec: dict):
     """SessionOptions from the plain dict session.options_spec() makes."""
     opts = rt.SessionOptions()
     opts.graph_optimization_level = getattr(rt.GraphOptimizationLevel, spec["level"])
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # a failing run raises, and bench says it in one line
     if spec.get("intra_op_threads") is not None:
         opts.intra_op_num_threads = spec["intra_op_threads"]
     if spec.get("inter_op_threads") is not None:

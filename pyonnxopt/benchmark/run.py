@@ -62,7 +62,9 @@ def bench(models: Sequence[str], *, provider: str = "cpu", intra_op_threads: Opt
         try:
             latency.warm_up(sess, feed, warmup)
         except Exception as e:
-            raise Error(f"model {label} ({path}): onnxruntime cannot run it on the inputs: {first_line(e)}") from None
+            hint = "" if inputs is not None else _defaulted_dims_hint(path, dims, batch_size)
+            raise Error(f"model {label} ({path}): onnxruntime cannot run it on the inputs: {first_line(e)}{hint}") \
+                from None
         records.append({"label": label, "path": path, "session_create_cold_s": None, "session_create_warm_s": warm_s,
                         "latency_ms": None, "qps": None, "peak_rss_mb": None, "device_peak_mb": None,
                         "device_note": ("the cpu provider uses no device memory" if provider == "cpu" else
@@ -120,6 +122,23 @@ def bench(models: Sequence[str], *, provider: str = "cpu", intra_op_threads: Opt
         "comparison": comparison,
         "seconds": time.perf_counter() - started,
     }
+
+
+def _defaulted_dims_hint(path: str, dims: Optional[Mapping[str, int]], batch_size: Optional[int]) -> str:
+    """What to say when random inputs sized 1 where the model is dynamic
+    did not run (an audio model shorter than its first Conv's kernel)."""
+    defaulted = []
+    for spec in input_specs(path):
+        for axis, d in enumerate(spec.shape or []):
+            if isinstance(d, int) or (axis == 0 and batch_size is not None):
+                continue
+            name = d if isinstance(d, str) else f"{spec.name}[{axis}]"
+            if name not in (dims or {}) and name not in defaulted:
+                defaulted.append(name)
+    if not defaulted:
+        return ""
+    return (f" (random inputs with dynamic dims {', '.join(defaulted)} of size 1: size them with --dim SYMBOL=N, "
+            "or give --inputs)")
 
 
 def _check_arguments(models, warmup, iterations, seconds, concurrency, batch_size) -> None:

@@ -83,7 +83,7 @@ def create_session(path: str, settings: Settings, label: str, profile_prefix: Op
     """An InferenceSession for the model file at `path`; a model onnxruntime
     rejects becomes "model A (<path>): onnxruntime cannot load it: ..."."""
     rt = ort()
-    rt.set_default_logger_severity(3)
+    rt.set_default_logger_severity(4)
     try:
         return rt.InferenceSession(path, session_options(settings, profile_prefix),
                                    providers=PROVIDERS[settings.provider])

@@ -148,3 +148,17 @@ def test_named_dims_and_vocab_size_size_random_inputs(tmp_path, capsys):
     np.savez(npz, input_ids=np.ones((2, 5), np.int64), h=np.ones((2, 5, 4), np.float32))
     assert main(["bench", str(path), "--dim", "S=5", "--inputs", str(npz), "--no-cold"]) == 2
     assert "--dim and --vocab-size size random inputs" in capsys.readouterr().err
+
+
+def test_a_model_that_cannot_run_on_size_1_dims_is_told_to_size_them(tmp_path, capsys):
+    from onnx import parser
+    import onnx
+
+    path = tmp_path / "audio.onnx"  # a kernel of 4 cannot slide over 1 sample
+    onnx.save(parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[B,1,T] x) => (float[B,1,U] y) <float[1,1,4] w = {1, 1, 1, 1}> { y = Conv(x, w) }"""), path)
+    assert main(["bench", str(path), "--no-cold", "--warmup", "1", "--iterations", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.endswith(
+        "(random inputs with dynamic dims B, T of size 1: size them with --dim SYMBOL=N, or give --inputs)")
+    assert main(["bench", str(path), "--no-cold", "--warmup", "1", "--iterations", "1", "--dim", "T=16"]) == 0
