@@ -20,6 +20,10 @@ the Conv may be a com.microsoft FusedConv by then (act(conv(x) + z)): the
 same folding holds for its convolution.
 
 Refuses when:
+ 0. the scale is a GELU's final * 0.5 that no rule fused (below opset 20
+    with --target onnx): onnxruntime fuses x * (1 + erf(x / sqrt 2)) * 0.5
+    into one kernel at its default level, and needs the 0.5 in place
+    (FastViT's Conv MLPs ran 7% slower with it folded);
  1. the Conv's weight or bias is not a constant, or its element type is
     not float16, float or double;
  2. the constant is not one number or one per input channel (it would
@@ -85,6 +89,9 @@ class FuseConvInputScale(Rule):
         if not np.all(np.isfinite(k)):
             return f"'{m['k'].name}' is not finite"
         op = m["affine"].op_type
+        if op in ("Mul", "Div") and _ends_gelu(m["x"]):
+            return (f"'{m['k'].name}' ends a GELU (x * (1 + erf(x / sqrt 2)) * 0.5), which onnxruntime runs as one "
+                    "kernel at its default level: folded into the Conv, it would run as four ops")
         if op == "Div" and np.any(k == 0):
             return f"'{m['k'].name}' has a 0: the Div is not a scale"
         return _padding_refusal(conv) if op in ("Add", "Sub") else None
@@ -115,6 +122,22 @@ def _scale_and_shift(m: Match, channels: int) -> tuple:
     k = channel_vector(m.array("k"), channels)
     op = m["affine"].op_type
     return {"Mul": (k, None), "Div": (1.0 / k, None), "Add": (None, k), "Sub": (None, -k)}[op]
+
+
+def _ends_gelu(x) -> bool:
+    """Whether x is x0 * (1 + erf(..)) or x0 * (1 + tanh(..)): a GELU
+    that fuse_gelu could not take (no Gelu below opset 20 with --target
+    onnx) and whose scale onnxruntime's own fusion needs in place."""
+    product = x.producer
+    if product is None or product.op_type != "Mul" or product.domain:
+        return False
+    for factor in product.inputs:
+        add = factor.producer if factor is not None else None
+        if add is not None and add.op_type == "Add" and not add.domain:
+            if any(v is not None and v.producer is not None and v.producer.op_type in ("Erf", "Tanh")
+                   for v in add.inputs):
+                return True
+    return False
 
 
 def _padding_refusal(conv) -> Optional[str]:
