@@ -36,15 +36,21 @@ class EliminateSameShapeReshapes(Rule):
     pattern_near_misses = False  # every Reshape fits the pattern
 
     def check(self, m: Match) -> Optional[str]:
-        x, y = dims(m["x"]), dims(m.root.outputs[0])
-        if x is None or y is None or len(x) != len(y) or any(
-                a is not None and b is not None and not same_dim(a, b) for a, b in zip(x, y)):
-            return ""  # the dims change (or the ranks are unknown): no near miss, most Reshapes are so
-        if None in x or None in y:
-            return f"dims unknown where the rest agree: {x} -> {y}"
-        return None
+        return same_dims_refusal(m["x"], m.root.outputs[0])
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         if edit.bypass_root(m["x"]) is not None:  # a graph input straight to a graph output
             edit.replace_root("Identity", [m["x"]])
         return None
+
+
+def same_dims_refusal(x, y) -> Optional[str]:
+    """None where y provably has x's dims, int by int and symbol by symbol;
+    "" (no near miss) where a dim differs or a rank is unknown; else why not."""
+    a, b = dims(x), dims(y)
+    if a is None or b is None or len(a) != len(b) or any(
+            p is not None and q is not None and not same_dim(p, q) for p, q in zip(a, b)):
+        return ""  # the dims change (or the ranks are unknown): no near miss, most nodes are so
+    if None in a or None in b:
+        return f"dims unknown where the rest agree: {a} -> {b}"
+    return None

@@ -1,0 +1,42 @@
+"""eliminate_same_shape_expands: an Expand whose result provably has its
+input's dims, symbol by symbol, changes nothing.
+
+    y = Expand(x, shape)      dims(y) == dims(x), each an int or a symbol
+ -> y = x
+
+eliminate_nop does this where the shape is a constant. Exporters compute
+it at run time: the TorchScript exports of transformers' attention masks
+expand the [B, 1, S, S] mask to Concat(B, 1, S, S) read from the input's
+Shape, so its Where, Concat and Unsqueeze go with it.
+
+Refuses when a dim of x or y is unknown (neither an int nor a symbol) and
+the others agree (a near miss); an Expand whose dims provably change, or
+whose ranks are unknown, is not this rule's case and is no near miss.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pyonnxopt.fusion.pattern import Op, Var
+from pyonnxopt.fusion.rule import Edit, Match, Rule
+from pyonnxopt.fusion.rules.eliminate_same_shape_reshapes import same_dims_refusal
+
+
+class EliminateSameShapeExpands(Rule):
+    name = "eliminate_same_shape_expands"
+    description = "Expand whose result provably has its input's dims (symbols included) -> its input"
+    min_opset = 8  # Expand
+    after_cleanup = False  # a cleanup itself
+    pattern_near_misses = False  # every Expand fits the pattern
+
+    def pattern(self, opset: int) -> Op:
+        return Op("Expand", Var("x"), Var("shape"), name="expand")
+
+    def check(self, m: Match) -> Optional[str]:
+        return same_dims_refusal(m["x"], m.root.outputs[0])
+
+    def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
+        if edit.bypass_root(m["x"]) is not None:  # a graph input straight to a graph output
+            edit.replace_root("Identity", [m["x"]])
+        return None
