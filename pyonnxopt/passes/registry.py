@@ -8,6 +8,7 @@ from pyonnxopt.fusion.rules.cancel_reshapes_around_matmul import CancelReshapesA
 from pyonnxopt.fusion.rules.cancel_reshapes_around_transpose import CancelReshapesAroundTranspose
 from pyonnxopt.fusion.rules.eliminate_same_shape_expands import EliminateSameShapeExpands
 from pyonnxopt.fusion.rules.eliminate_same_shape_reshapes import EliminateSameShapeReshapes
+from pyonnxopt.fusion.rules.select_concat_entries import SelectConcatEntries
 from pyonnxopt.fusion.rules.squeeze_into_reshape import SqueezeIntoReshape
 from pyonnxopt.fusion.rules.transpose_before_unsqueeze import TransposeBeforeUnsqueeze
 from pyonnxopt.passes.base import NativePass, Pass
@@ -25,7 +26,7 @@ _PASSES: dict = {name: NativePass(name, description) for name, description in _c
 _PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].after_fusions = True
 for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(),
            SlicesToSplit(), MergeEqualDims(), ShareBranchConstants(), EliminateSameShapeReshapes(),
-           EliminateSameShapeExpands(),
+           EliminateSameShapeExpands(), SelectConcatEntries(),
            CancelReshapesAroundTranspose(),
            TransposeBeforeUnsqueeze(), CancelReshapesAroundMatmul(), SqueezeIntoReshape(),
            *BUILTIN_RULES, FlattenLinearRows()):
@@ -36,7 +37,7 @@ DEFAULT_ORDER = [
     "infer_shapes", "eliminate_identity", "eliminate_dropout", "eliminate_nop", "eliminate_zero_rnn_states",
     "simplify_algebra", "fold_constants", "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "slices_to_split",
     "optimize_transposes",
-    "collapse_reshapes", "eliminate_same_shape_reshapes", "eliminate_same_shape_expands", "cancel_reshapes_around_transpose",
+    "collapse_reshapes", "eliminate_same_shape_reshapes", "select_concat_entries", "eliminate_same_shape_expands", "cancel_reshapes_around_transpose",
     "transpose_before_unsqueeze", "cancel_reshapes_around_matmul", "squeeze_into_reshape",
     *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "merge_equal_dims",
     "eliminate_common_subexpressions", "share_branch_constants", "eliminate_dead_code",
