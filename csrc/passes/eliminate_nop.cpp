@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "fold/array.h"
 #include "passes/bypass.h"
 #include "passes/cast_exactness.h"
 #include "passes/known_values.h"
@@ -187,6 +188,57 @@ const char* tile_nop(const Node& n, std::string& why) {
   return all_equal(*repeats, 1) ? nullptr : kNotMine;
 }
 
+// A Resize (or Upsample) to the input's own size: every output position
+// maps onto its own input position in each coordinate mode (half_pixel:
+// (x + 0.5) / 1 - 0.5 = x), so nearest, linear and cubic all read that
+// sample. Not tf_crop_and_resize, which samples the roi.
+const char* resize_nop(const Model& m, const Graph& g, const Node& n, std::string& why) {
+  const Attribute* mode = n.attribute("coordinate_transformation_mode");
+  if (mode && mode->s.value == "tf_crop_and_resize") return kNotMine;
+  const bool upsample = n.op_type.value == "Upsample";
+  if (const Attribute* scales = n.attribute("scales"))  // Upsample-7
+    return upsample && std::all_of(scales->floats.begin(), scales->floats.end(), [](float f) { return f == 1.0f; })
+               ? nullptr
+               : kNotMine;
+  const int64_t opset = default_opset(m, g);
+  const size_t scales_slot = upsample || (opset && opset < 11) ? 1 : 2;
+  const Value* scales = n.inputs.size() > scales_slot ? n.inputs[scales_slot] : nullptr;
+  const Value* sizes = scales_slot == 2 && n.inputs.size() > 3 ? n.inputs[3] : nullptr;
+  fold::Array a;
+  std::string unread;
+  for (const Value* v : {sizes, scales}) {
+    if (!v) continue;
+    const Tensor* t = known_constant(v);
+    if (!t) return not_constant(why, v == sizes ? "sizes" : "scales", n, v == sizes ? 3 : scales_slot, "is not a constant");
+    if (!fold::to_array(*t, a, unread)) return kNotMine;
+    if (a.numel() == 0) continue;  // an empty input stands for none
+    if (v == scales) {
+      if (a.dtype != fold::kFloat) return kNotMine;
+      for (size_t i = 0; i < size_t(a.numel()); ++i)
+        if (a.at<float>(i) != 1.0f) return kNotMine;
+      return nullptr;
+    }
+    if (a.dtype != fold::kInt64) return kNotMine;
+    auto dims = known_shape(n.inputs[0]);
+    if (!dims) return "input rank unknown";
+    std::vector<int64_t> axes;
+    if (const Attribute* given = n.attribute("axes")) axes = given->ints;  // Resize-18
+    else
+      for (size_t i = 0; i < dims->size(); ++i) axes.push_back(int64_t(i));
+    const std::vector<int64_t> wanted = a.as_int64();
+    if (wanted.size() != axes.size()) return kNotMine;
+    bool unknown = false;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const int64_t r = int64_t(dims->size()), axis = axes[i] < 0 ? axes[i] + r : axes[i];
+      if (axis < 0 || axis >= r) return kNotMine;
+      if ((*dims)[size_t(axis)] == kUnknownDim) unknown = true;
+      else if ((*dims)[size_t(axis)] != wanted[i]) return kNotMine;
+    }
+    return unknown ? "input dims unknown where the sizes are given" : nullptr;
+  }
+  return kNotMine;
+}
+
 // A Reduce that keeps its axes and reduces only axes of size 1: each output
 // element is its one input element (Sum adds it to zero, Mean divides it by
 // one). With noop_with_empty_axes and no axes it returns its input by
@@ -224,6 +276,7 @@ const char* why_not_nop(const Model& m, const Graph& g, const Node& n, std::stri
   if (op == "Slice") return slice_nop(m, g, n, why);
   if (op == "Pad") return pad_nop(m, g, n, why);
   if (op == "Tile") return tile_nop(n, why);
+  if (op == "Resize" || op == "Upsample") return resize_nop(m, g, n, why);
   if (op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd")
     return reduce_nop(m, g, n, why);
   return attribute_nop(n);

@@ -325,6 +325,47 @@ def test_tile_by_ones_goes():
     assert reasons(r) == ["repeats 'fed' is a graph input with an initializer, so it can be fed: not a constant"]
 
 
+def test_resize_to_its_own_size_goes_in_every_mode():
+    text = """g (float[1,3,4,5] x, float[N,3,4,5] v) => (float[1,3,4,5] y, float[1,3,4,5] z, float[N,3,4,5] u,
+                                                    float[1,3,8,10] w, float[1,3,4,5] c)
+              <int64[4] same = {1, 3, 4, 5}, float[4] ones = {1.0, 1.0, 1.0, 1.0}, float[4] twice = {1.0, 1.0, 2.0, 2.0},
+               float[8] roi = {0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0}> {
+        a = Resize <mode = "linear"> (x, , , same)
+        y = Neg(a)
+        b = Resize <mode = "cubic", coordinate_transformation_mode = "align_corners"> (x, , ones)
+        z = Neg(b)
+        e = Resize <mode = "nearest"> (v, , ones)
+        u = Neg(e)
+        w = Resize <mode = "linear"> (x, , twice)
+        c = Resize <mode = "linear", coordinate_transformation_mode = "tf_crop_and_resize"> (x, roi, , same)
+    }"""
+    m, r = run(text, opset=13)
+    assert ops(m) == ["Neg", "Neg", "Neg", "Resize", "Resize"]
+    assert [n.outputs[0].name for n in m.graph.nodes if n.op_type == "Resize"] == ["w", "c"]
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 4, 5)).astype(np.float32),
+             "v": np.random.default_rng(1).standard_normal((2, 3, 4, 5)).astype(np.float32)}
+    for want, got in zip(outputs(parse(text, 13), feeds), outputs(m, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_resize_sizes_of_unknown_dims_are_refused_and_old_forms_go():
+    m, r = run("""g (float[N,3,4,5] x) => (float[N,3,4,5] y) <int64[4] same = {1, 3, 4, 5}> {
+        a = Resize(x, , , same)
+        y = Neg(a)
+    }""", opset=13)
+    assert not r.modified and reasons(r) == ["input dims unknown where the sizes are given"]
+    m, r = run("""g (float[1,3,4,5] x) => (float[1,3,4,5] y) <float[4] ones = {1.0, 1.0, 1.0, 1.0}> {
+        a = Resize(x, ones)
+        y = Neg(a)
+    }""", opset=10)
+    assert ops(m) == ["Neg"]
+    m, r = run("""g (float[1,3,4,5] x) => (float[1,3,4,5] y) {
+        a = Upsample <scales = [1.0, 1.0, 1.0, 1.0]> (x)
+        y = Neg(a)
+    }""", opset=7)
+    assert ops(m) == ["Neg"]
+
+
 def test_zero_pads_go_in_every_mode_and_opset():
     m, r = run("""g (float[2,3] x, int64[4] p) => (float[2,3] y, float[2,3] z, float[4,5] w)
               <int64[4] zeros = {0, 0, 0, 0}, int64[4] ones = {1, 1, 1, 1}, float zero = {0.0}> {
