@@ -304,7 +304,8 @@ Node* axes_node(const Model& m, Graph& g, FreshNames& names, const char* op, Val
     a.ints = axes;
   } else {
     bool as_node = false;
-    n->inputs.push_back(add_constant(m, g, int_tensor(axes, fold::kInt64), names.make(base + "_axes"), before, as_node));
+    const std::string name = names.make(base + "_axes");
+    n->inputs.push_back(add_constant(m, g, int_tensor(axes, fold::kInt64), name, before, as_node));
     if (as_node) ++stats.nodes_added;
   }
   return n;

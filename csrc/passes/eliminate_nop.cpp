@@ -209,7 +209,8 @@ const char* resize_nop(const Model& m, const Graph& g, const Node& n, std::strin
   for (const Value* v : {sizes, scales}) {
     if (!v) continue;
     const Tensor* t = known_constant(v);
-    if (!t) return not_constant(why, v == sizes ? "sizes" : "scales", n, v == sizes ? 3 : scales_slot, "is not a constant");
+    if (!t) return not_constant(why, v == sizes ? "sizes" : "scales", n, v == sizes ? 3 : scales_slot,
+                                "is not a constant");
     if (!fold::to_array(*t, a, unread)) return kNotMine;
     if (a.numel() == 0) continue;  // an empty input stands for none
     if (v == scales) {
