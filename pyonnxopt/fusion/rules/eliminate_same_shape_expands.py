@@ -16,27 +16,16 @@ whose ranks are unknown, is not this rule's case and is no near miss.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pyonnxopt.fusion.pattern import Op, Var
-from pyonnxopt.fusion.rule import Edit, Match, Rule
-from pyonnxopt.fusion.rules.eliminate_same_shape_reshapes import same_dims_refusal
+from pyonnxopt.fusion.rules.eliminate_same_shape_reshapes import EliminateSameShapeReshapes
 
 
-class EliminateSameShapeExpands(Rule):
+class EliminateSameShapeExpands(EliminateSameShapeReshapes):
+    """Its check and rewrite are the Reshape rule's: the same proof, the same bypass."""
+
     name = "eliminate_same_shape_expands"
     description = "Expand whose result provably has its input's dims (symbols included) -> its input"
     min_opset = 8  # Expand
-    after_cleanup = False  # a cleanup itself
-    pattern_near_misses = False  # every Expand fits the pattern
 
     def pattern(self, opset: int) -> Op:
         return Op("Expand", Var("x"), Var("shape"), name="expand")
-
-    def check(self, m: Match) -> Optional[str]:
-        return same_dims_refusal(m["x"], m.root.outputs[0])
-
-    def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        if edit.bypass_root(m["x"]) is not None:  # a graph input straight to a graph output
-            edit.replace_root("Identity", [m["x"]])
-        return None

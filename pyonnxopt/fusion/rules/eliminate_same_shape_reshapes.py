@@ -36,7 +36,7 @@ class EliminateSameShapeReshapes(Rule):
     pattern_near_misses = False  # every Reshape fits the pattern
 
     def check(self, m: Match) -> Optional[str]:
-        return same_dims_refusal(m["x"], m.root.outputs[0])
+        return _same_dims_refusal(m["x"], m.root.outputs[0])
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         if edit.bypass_root(m["x"]) is not None:  # a graph input straight to a graph output
@@ -44,7 +44,7 @@ class EliminateSameShapeReshapes(Rule):
         return None
 
 
-def same_dims_refusal(x, y) -> Optional[str]:
+def _same_dims_refusal(x, y) -> Optional[str]:
     """None where y provably has x's dims, int by int and symbol by symbol;
     "" (no near miss) where a dim differs or a rank is unknown; else why not."""
     a, b = dims(x), dims(y)
