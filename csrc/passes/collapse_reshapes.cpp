@@ -236,7 +236,7 @@ struct AxisMoves {
 };
 
 // Normalized axes for rank `rank`; false when one is out of range or repeated.
-bool normalized(std::vector<int64_t> axes, int64_t rank, std::vector<bool>& marked) {
+bool normalized(const std::vector<int64_t>& axes, int64_t rank, std::vector<bool>& marked) {
   marked.assign(size_t(rank), false);
   for (int64_t a : axes) {
     if (a < -rank || a >= rank) return false;
@@ -247,27 +247,29 @@ bool normalized(std::vector<int64_t> axes, int64_t rank, std::vector<bool>& mark
   return true;
 }
 
-const char* axis_moves(const Model& m, const Graph& g, const std::deque<Node*>& chain, AxisMoves& moves) {
+// False where the chain holds another op, axes that are not constants or do
+// not fit, or a Squeeze without axes of a dim that may be 1.
+bool axis_moves(const Model& m, const Graph& g, const std::deque<Node*>& chain, AxisMoves& moves) {
   Dims dims = known_shape(chain.front()->inputs[0]);
-  if (!dims) return "the input's rank is unknown";
+  if (!dims) return false;
   // Per axis of the value so far: the input axis it is, or -1 (inserted), and its dim.
   std::vector<int64_t> source, dim = *dims;
   for (size_t k = 0; k < dim.size(); ++k) source.push_back(int64_t(k));
   std::vector<bool> marked;
   for (const Node* n : chain) {
     const bool squeeze = n->op_type.value == "Squeeze";
-    if (!squeeze && n->op_type.value != "Unsqueeze") return "a Reshape or Flatten among Squeezes and Unsqueezes";
+    if (!squeeze && n->op_type.value != "Unsqueeze") return false;
     IntList axes = int_list(m, g, *n, "axes", 1, 13);
-    if (axes.why || (!squeeze && !axes.present)) return "axes not constant";
+    if (axes.why || (!squeeze && !axes.present)) return false;
     const int64_t rank = int64_t(source.size() + (squeeze ? 0 : axes.values.size()));
     if (squeeze && axes.values.empty()) {  // every axis of size 1
       marked.assign(source.size(), false);
       for (size_t i = 0; i < dim.size(); ++i) {
-        if (dim[i] == kUnknownDim) return "a Squeeze without axes of a dim that may be 1";
+        if (dim[i] == kUnknownDim) return false;
         marked[i] = dim[i] == 1;
       }
     } else if (!normalized(axes.values, rank, marked)) {
-      return "axes out of range or repeated";
+      return false;
     }
     std::vector<int64_t> next_source, next_dim;
     for (size_t i = 0, from = 0; i < size_t(rank); ++i) {
@@ -288,16 +290,16 @@ const char* axis_moves(const Model& m, const Graph& g, const std::deque<Node*>& 
   std::sort(moves.dropped.begin(), moves.dropped.end());
   for (size_t i = 0; i < source.size(); ++i)
     if (source[i] < 0) moves.inserted.push_back(int64_t(i));
-  return nullptr;
+  return true;
 }
 
 // A Squeeze or Unsqueeze of `x` by constant `axes`, in the opset's form.
-Node* axes_node(const Model& m, Graph& g, FreshNames& names, const char* op, Value* x, const std::vector<int64_t>& axes,
-                const std::string& base, Node* before, PassStats& stats) {
+Node* axes_node(const Model& m, Graph& g, int64_t opset, FreshNames& names, const char* op, Value* x,
+                const std::vector<int64_t>& axes, const std::string& base, Node* before, PassStats& stats) {
   Node* n = g.new_node();
   n->op_type.set(op);
   n->inputs.push_back(x);
-  if (default_opset(m, g) < 13) {
+  if (opset && opset < 13) {
     Attribute& a = n->attributes.emplace_back();
     a.name.set("axes");
     a.type.set(int32_t(AttrType::kInts));
@@ -385,7 +387,7 @@ PassStats CollapseReshapes::run(Model& model, const PassOptions&) const {
       Target target;
       if (const char* r = target_of(model, *g, chain, target, why)) {
         AxisMoves moves;
-        if (axis_moves(model, *g, chain, moves) || moves.nodes() >= chain.size()) {
+        if (!axis_moves(model, *g, chain, moves) || moves.nodes() >= chain.size()) {
           refused.insert(last->display_name() + ": " + r);
           continue;
         }
@@ -393,7 +395,7 @@ PassStats CollapseReshapes::run(Model& model, const PassOptions&) const {
         Value* x = chain.front()->inputs[0];
         Node* replacement = nullptr;
         if (!moves.dropped.empty()) {
-          replacement = axes_node(model, *g, names, "Squeeze", x, moves.dropped,
+          replacement = axes_node(model, *g, opset, names, "Squeeze", x, moves.dropped,
                                   moves.inserted.empty() ? base : base + "_squeeze", last, stats);
           if (!moves.inserted.empty()) {
             replacement->name.set(base + "_squeeze");
@@ -404,7 +406,7 @@ PassStats CollapseReshapes::run(Model& model, const PassOptions&) const {
           }
         }
         if (!moves.inserted.empty())
-          replacement = axes_node(model, *g, names, "Unsqueeze", x, moves.inserted, base, last, stats);
+          replacement = axes_node(model, *g, opset, names, "Unsqueeze", x, moves.inserted, base, last, stats);
         if (!replacement) {  // the chain gives its input back: an Identity, which eliminate_identity takes
           replacement = g->new_node();
           replacement->op_type.set("Identity");

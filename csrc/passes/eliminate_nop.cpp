@@ -202,31 +202,30 @@ const char* resize_nop(const Model& m, const Graph& g, const Node& n, std::strin
                : kNotMine;
   const int64_t opset = default_opset(m, g);
   const size_t scales_slot = upsample || (opset && opset < 11) ? 1 : 2;
-  const Value* scales = n.inputs.size() > scales_slot ? n.inputs[scales_slot] : nullptr;
-  const Value* sizes = scales_slot == 2 && n.inputs.size() > 3 ? n.inputs[3] : nullptr;
-  fold::Array a;
-  std::string unread;
-  for (const Value* v : {sizes, scales}) {
-    if (!v) continue;
+  // Reads input `slot` when it is given; `read` says whether it was (an empty one stands for none).
+  fold::Array sizes, scales;
+  bool read = false;
+  auto given = [&](size_t slot, fold::Array& out) -> const char* {
+    const Value* v = slot < n.inputs.size() ? n.inputs[slot] : nullptr;
+    read = false;
+    if (!v) return nullptr;
     const Tensor* t = known_constant(v);
-    if (!t) return not_constant(why, v == sizes ? "sizes" : "scales", n, v == sizes ? 3 : scales_slot,
-                                "is not a constant");
-    if (!fold::to_array(*t, a, unread)) return kNotMine;
-    if (a.numel() == 0) continue;  // an empty input stands for none
-    if (v == scales) {
-      if (a.dtype != fold::kFloat) return kNotMine;
-      for (size_t i = 0; i < size_t(a.numel()); ++i)
-        if (a.at<float>(i) != 1.0f) return kNotMine;
-      return nullptr;
-    }
-    if (a.dtype != fold::kInt64) return kNotMine;
+    if (!t) return not_constant(why, slot == 3 ? "sizes" : "scales", n, slot, "is not a constant");
+    std::string unread;
+    if (!fold::to_array(*t, out, unread)) return kNotMine;
+    read = out.numel() > 0;
+    return nullptr;
+  };
+  if (const char* r = (scales_slot == 2 ? given(3, sizes) : nullptr)) return r;
+  if (read) {
     auto dims = known_shape(n.inputs[0]);
+    if (sizes.dtype != fold::kInt64) return kNotMine;
     if (!dims) return "input rank unknown";
     std::vector<int64_t> axes;
-    if (const Attribute* given = n.attribute("axes")) axes = given->ints;  // Resize-18
+    if (const Attribute* listed = n.attribute("axes")) axes = listed->ints;  // Resize-18
     else
       for (size_t i = 0; i < dims->size(); ++i) axes.push_back(int64_t(i));
-    const std::vector<int64_t> wanted = a.as_int64();
+    const std::vector<int64_t> wanted = sizes.as_int64();
     if (wanted.size() != axes.size()) return kNotMine;
     bool unknown = false;
     for (size_t i = 0; i < axes.size(); ++i) {
@@ -237,7 +236,11 @@ const char* resize_nop(const Model& m, const Graph& g, const Node& n, std::strin
     }
     return unknown ? "input dims unknown where the sizes are given" : nullptr;
   }
-  return kNotMine;
+  if (const char* r = given(scales_slot, scales)) return r;
+  if (!read || scales.dtype != fold::kFloat) return kNotMine;
+  for (size_t i = 0; i < size_t(scales.numel()); ++i)
+    if (scales.at<float>(i) != 1.0f) return kNotMine;
+  return nullptr;
 }
 
 // A Reduce that keeps its axes and reduces only axes of size 1: each output
