@@ -6,9 +6,11 @@ from pyonnxopt import _core
 from pyonnxopt.fusion.rules import BUILTIN_RULES
 from pyonnxopt.fusion.rules.cancel_reshapes_around_matmul import CancelReshapesAroundMatmul
 from pyonnxopt.fusion.rules.cancel_reshapes_around_transpose import CancelReshapesAroundTranspose
+from pyonnxopt.fusion.rules.collapse_symbolic_reshapes import CollapseSymbolicReshapes
 from pyonnxopt.fusion.rules.eliminate_same_shape_expands import EliminateSameShapeExpands
 from pyonnxopt.fusion.rules.eliminate_same_shape_reshapes import EliminateSameShapeReshapes
 from pyonnxopt.fusion.rules.eliminate_same_shape_slices import EliminateSameShapeSlices
+from pyonnxopt.fusion.rules.gather_own_positions import GatherOwnPositions
 from pyonnxopt.fusion.rules.select_concat_entries import SelectConcatEntries
 from pyonnxopt.fusion.rules.squeeze_into_reshape import SqueezeIntoReshape
 from pyonnxopt.fusion.rules.transpose_before_unsqueeze import TransposeBeforeUnsqueeze
@@ -27,7 +29,8 @@ _PASSES: dict = {name: NativePass(name, description) for name, description in _c
 _PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].after_fusions = True
 for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(),
            SlicesToSplit(), MergeEqualDims(), ShareBranchConstants(), EliminateSameShapeReshapes(),
-           EliminateSameShapeExpands(), EliminateSameShapeSlices(), SelectConcatEntries(),
+           EliminateSameShapeExpands(), EliminateSameShapeSlices(), SelectConcatEntries(), GatherOwnPositions(),
+           CollapseSymbolicReshapes(),
            CancelReshapesAroundTranspose(),
            TransposeBeforeUnsqueeze(), CancelReshapesAroundMatmul(), SqueezeIntoReshape(),
            *BUILTIN_RULES, FlattenLinearRows()):
@@ -39,7 +42,7 @@ DEFAULT_ORDER = [
     "simplify_algebra", "fold_constants", "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "slices_to_split",
     "optimize_transposes",
     "collapse_reshapes", "eliminate_same_shape_reshapes", "select_concat_entries", "eliminate_same_shape_expands",
-    "eliminate_same_shape_slices", "cancel_reshapes_around_transpose", "transpose_before_unsqueeze", "cancel_reshapes_around_matmul", "squeeze_into_reshape",
+    "eliminate_same_shape_slices", "gather_own_positions", "collapse_symbolic_reshapes", "cancel_reshapes_around_transpose", "transpose_before_unsqueeze", "cancel_reshapes_around_matmul", "squeeze_into_reshape",
     *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "merge_equal_dims",
     "eliminate_common_subexpressions", "share_branch_constants", "eliminate_dead_code",
 ]

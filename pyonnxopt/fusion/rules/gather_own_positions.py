@@ -1,0 +1,186 @@
+"""gather_own_positions: a Gather of a flattened tensor at each element's
+own row-major position reads the tensor as it is, with axes of 1 added.
+
+    f   = Flatten(x: [B, S], axis=2)                       # [B*S, 1]
+    idx = Reshape(Range(0, S, 1), [1, 1, 1, -1])
+        + Reshape(Range(0, B, 1), [-1, 1, 1, 1]) * S        # [B, 1, 1, S]: b*S + s
+    y   = Gather(f, idx)                                    # [B, 1, 1, S, 1]
+ -> y   = Unsqueeze(x, [1, 2, 4])
+
+transformers 5 builds every padding mask this way (`padding_mask[b, kv]`
+through vmapped index functions): in each TorchScript export of an
+encoder or a decoder with an attention mask, about a dozen nodes that
+amount to an Unsqueeze of the mask.
+
+The proof, dim by dim: the index is a sum of position grids, one per
+leading axis j of x, each `Range(0, n_j, 1)` laid along one axis of the
+index (the others 1), scaled by the product of x's later leading dims;
+n_j is x's dim j (an int or the same symbol), and the grids lie along
+increasing axes in x's order. Then y, read in row-major order, is x in
+row-major order, and its shape is the index's with the trailing dims of
+the flattened tensor.
+
+Refuses quietly (not its case): a Gather along another axis, an index
+that is no sum of position grids. Refuses with a reason: a grid's length,
+or a scale, not provably the dim it must be; grids out of x's order; a
+flattened tensor whose rows are not x's trailing dims.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from pyonnxopt.fusion.pattern import Const, Op, Var
+from pyonnxopt.fusion.rule import Edit, Match, Rule
+from pyonnxopt.fusion.values import constant_array, constant_ints, dims, same_dim
+
+_MAX_TERMS = 8
+
+
+class GatherOwnPositions(Rule):
+    name = "gather_own_positions"
+    description = "Gather of a flattened tensor at its own row-major positions (Range grids) -> Unsqueeze"
+    min_opset = 11  # Range
+    after_cleanup = False  # a cleanup itself
+    pattern_near_misses = False  # most Gathers of a Flatten read other positions: no "almost"
+
+    def pattern(self, opset: int) -> list:
+        return [Op("Gather", Op("Flatten", Var("x"), name="flat"), Var("idx"), name="gather"),
+                Op("Gather", Op("Reshape", Var("x"), Const("target"), name="flat"), Var("idx"), name="gather")]
+
+    def check(self, m: Match) -> Optional[str]:
+        plan = _plan(m)
+        return plan if isinstance(plan, str) else None
+
+    def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
+        axes = _plan(m)
+        if not axes:
+            if edit.bypass_root(m["x"]) is not None:  # a graph input straight to a graph output
+                edit.replace_root("Identity", [m["x"]])
+            return None
+        edit.squeeze("Unsqueeze", m["x"], axes, root=True)
+        return None
+
+
+def _plan(m: Match) -> Union[list, str]:
+    """The axes to unsqueeze x by, or why not ("" where it is not the case)."""
+    if m.root.attributes.get("axis", 0) != 0:
+        return ""
+    x, flat = dims(m["x"]), dims(m["flat"].outputs[0])
+    terms = _terms(m["idx"], _MAX_TERMS)
+    if terms is None or x is None or flat is None or not flat:
+        return ""
+    grids = []
+    for grid, scale in terms:
+        d = dims(grid)
+        placed = [a for a, n in enumerate(d or []) if n != 1]
+        if d is None or len(placed) != 1:
+            return f"the position grid '{grid.name}' does not lie along one axis: {d}"
+        grids.append((placed[0], len(d), _range_length(grid), scale))
+    grids.sort(key=lambda g: g[0])
+    rank, k = grids[0][1], len(grids)
+    if any(g[1] != rank for g in grids) or len({g[0] for g in grids}) != k:
+        return "the position grids do not share one index shape"
+    if k > len(x) or None in x:
+        return f"{k} position grids for x of dims {x}"
+    for j, (_, _, length, scale) in enumerate(grids):
+        if not same_dim(length, x[j]):
+            return f"a position grid's length is {length}, not x's dim {j} ({x[j]})"
+        if scale is None or scale != _product(x[j + 1:k]):
+            return f"the positions along x's dim {j} are not scaled by the dims after it"
+    trailing = flat[1:]
+    if len(trailing) == len(x) - k and all(map(same_dim, trailing, x[k:])):
+        extra = []
+    elif trailing == [1] and k == len(x):
+        extra = [rank]  # Flatten(x, axis=rank): rows of one element
+    else:
+        return f"the flattened rows {trailing} are not x's trailing dims {x[k:]}"
+    placed = {g[0] for g in grids}
+    return [a for a in range(rank) if a not in placed] + extra
+
+
+def _terms(v, budget: int) -> Optional[list]:
+    """The index as a sum of (grid, scale) terms: a grid a Range laid along
+    axes by Reshape or Unsqueeze; a scale a product (see _product), None
+    when not known. None where it is no such sum."""
+    p = v.producer
+    if p is None or p.domain or budget <= 0:
+        return None
+    if p.op_type == "Add" and len(p.inputs) == 2:
+        a = _terms(p.inputs[0], budget - 1)
+        b = _terms(p.inputs[1], budget - 1) if a is not None else None
+        return None if b is None else a + b
+    if p.op_type == "Mul" and len(p.inputs) == 2:
+        for side, other in (p.inputs, reversed(p.inputs)):
+            inner = _terms(side, budget - 1)
+            if inner is not None and len(inner) == 1:
+                (grid, scale), more = inner[0], _scalar_product(other, 4)
+                return [(grid, None if scale is None or more is None else _times(scale, more))]
+        return None
+    return [(v, (1, ()))] if _range_length(v) is not None else None
+
+
+def _range_length(grid):
+    """The length of the Range(0, n, 1) the grid lays along its axes, or None."""
+    p = grid.producer
+    if p is not None and not p.domain and p.op_type in ("Reshape", "Unsqueeze"):
+        p = p.inputs[0].producer
+    if p is None or p.domain or p.op_type != "Range":
+        return None
+    start, step = (constant_array(p.inputs[i]) for i in (0, 2))
+    if start is None or step is None or start.size != 1 or step.size != 1 or start.item() != 0 or step.item() != 1:
+        return None
+    d = dims(p.outputs[0])
+    return d[0] if d is not None and len(d) == 1 else None
+
+
+def _product(factors: list) -> Optional[tuple]:
+    """A product of dims as (int, sorted symbols), or None if one is unknown."""
+    n, symbols = 1, []
+    for f in factors:
+        if isinstance(f, int):
+            n *= f
+        elif isinstance(f, str) and f:
+            symbols.append(f)
+        else:
+            return None
+    return n, tuple(sorted(symbols))
+
+
+def _times(a: tuple, b: tuple) -> tuple:
+    return a[0] * b[0], tuple(sorted(a[1] + b[1]))
+
+
+def _scalar_product(v, budget: int) -> Optional[tuple]:
+    """A one-element integer value as a product of dims (see _product): a
+    constant, a dim read from a Shape, or a Mul of such; None otherwise."""
+    ints = constant_ints(v)
+    if ints is not None:
+        return _product(ints) if len(ints) == 1 else None
+    p = v.producer
+    if p is None or p.domain or budget <= 0:
+        return None
+    if p.op_type in ("Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape"):
+        return _scalar_product(p.inputs[0], budget - 1)
+    if p.op_type == "Mul" and len(p.inputs) == 2:
+        a, b = (_scalar_product(i, budget - 1) for i in p.inputs)
+        return None if a is None or b is None else _times(a, b)
+    if p.op_type == "Shape":
+        d = _shape_dims(p)
+        return _product(d) if d is not None and len(d) == 1 else None
+    if p.op_type == "Gather" and p.attributes.get("axis", 0) == 0 and p.inputs[0].producer is not None \
+            and p.inputs[0].producer.op_type == "Shape" and not p.inputs[0].producer.domain:
+        d, at = _shape_dims(p.inputs[0].producer), constant_ints(p.inputs[1])
+        if d is None or at is None or len(at) != 1 or not -len(d) <= at[0] < len(d):
+            return None
+        return _product([d[at[0]]])
+    return None
+
+
+def _shape_dims(shape_node) -> Optional[list]:
+    """The dims a Shape node returns (its start and end applied)."""
+    d = dims(shape_node.inputs[0])
+    if d is None:
+        return None
+    start, end = shape_node.attributes.get("start", 0), shape_node.attributes.get("end", len(d))
+    return d[slice(start, end)]
