@@ -42,7 +42,9 @@ DEFAULT_ORDER = [
     "simplify_algebra", "fold_constants", "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "slices_to_split",
     "optimize_transposes",
     "collapse_reshapes", "eliminate_same_shape_reshapes", "select_concat_entries", "eliminate_same_shape_expands",
-    "eliminate_same_shape_slices", "gather_own_positions", "collapse_symbolic_reshapes", "cancel_reshapes_around_transpose", "transpose_before_unsqueeze", "cancel_reshapes_around_matmul", "squeeze_into_reshape",
+    "eliminate_same_shape_slices", "gather_own_positions", "collapse_symbolic_reshapes",
+    "cancel_reshapes_around_transpose", "transpose_before_unsqueeze", "cancel_reshapes_around_matmul",
+    "squeeze_into_reshape",
     *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "merge_equal_dims",
     "eliminate_common_subexpressions", "share_branch_constants", "eliminate_dead_code",
 ]

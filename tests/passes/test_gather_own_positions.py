@@ -9,7 +9,6 @@ from helpers import ops, outputs
 from transformer_helpers import fuse, near
 
 import pyonnxopt
-from pyonnxopt.passes import PassOptions
 
 # transformers 5's padding mask as its TorchScript export writes it:
 # padding_mask[b, kv] through the flattened mask at b * S + kv.
