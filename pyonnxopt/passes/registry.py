@@ -10,6 +10,7 @@ from pyonnxopt.fusion.rules.collapse_symbolic_reshapes import CollapseSymbolicRe
 from pyonnxopt.fusion.rules.eliminate_same_shape_expands import EliminateSameShapeExpands
 from pyonnxopt.fusion.rules.eliminate_same_shape_reshapes import EliminateSameShapeReshapes
 from pyonnxopt.fusion.rules.eliminate_same_shape_slices import EliminateSameShapeSlices
+from pyonnxopt.fusion.rules.eliminate_true_and import EliminateTrueAnd
 from pyonnxopt.fusion.rules.gather_own_positions import GatherOwnPositions
 from pyonnxopt.fusion.rules.select_concat_entries import SelectConcatEntries
 from pyonnxopt.fusion.rules.squeeze_into_reshape import SqueezeIntoReshape
@@ -30,7 +31,7 @@ _PASSES["regroup_transposes"].after_cleanup = _PASSES["regroup_transposes"].afte
 for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), ResolveDynamicReshapes(),
            SlicesToSplit(), MergeEqualDims(), ShareBranchConstants(), EliminateSameShapeReshapes(),
            EliminateSameShapeExpands(), EliminateSameShapeSlices(), SelectConcatEntries(), GatherOwnPositions(),
-           CollapseSymbolicReshapes(),
+           CollapseSymbolicReshapes(), EliminateTrueAnd(),
            CancelReshapesAroundTranspose(),
            TransposeBeforeUnsqueeze(), CancelReshapesAroundMatmul(), SqueezeIntoReshape(),
            *BUILTIN_RULES, FlattenLinearRows()):
@@ -42,7 +43,7 @@ DEFAULT_ORDER = [
     "simplify_algebra", "fold_constants", "fold_constants_onnxruntime", "resolve_dynamic_reshapes", "slices_to_split",
     "optimize_transposes",
     "collapse_reshapes", "eliminate_same_shape_reshapes", "select_concat_entries", "eliminate_same_shape_expands",
-    "eliminate_same_shape_slices", "gather_own_positions", "collapse_symbolic_reshapes",
+    "eliminate_same_shape_slices", "gather_own_positions", "collapse_symbolic_reshapes", "eliminate_true_and",
     "cancel_reshapes_around_transpose", "transpose_before_unsqueeze", "cancel_reshapes_around_matmul",
     "squeeze_into_reshape",
     *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "merge_equal_dims",
