@@ -40,7 +40,7 @@ def feeds(b=3, s=5):
 
 
 def unsqueeze_axes(m):
-    n = next(n for n in m.graph.nodes if n.op_type == "Unsqueeze")
+    n = next(n for n in m.graph.nodes if n.op_type == "Unsqueeze" and n.inputs[0].is_graph_input)
     return n.inputs[1].initializer.numpy().tolist()
 
 
@@ -160,3 +160,52 @@ def test_a_range_from_1_is_not_its_case():
     m, r, _ = fuse("gather_own_positions", MASK.replace("rs = Range(zero, s, one)", "rs = Range(one, s, one)"),
                    opset=17, full_check=False)
     assert not r.modified and r.stats["near_misses"] == []
+
+
+# torch's dynamo exporter: mask[b, kv] as a GatherND of both grids spread
+# to their broadcast shape and stacked along a new last axis.
+ND = """g (bool[B,S] mask, float[B,S,8] h) => (bool[B,1,1,S] y)
+        <int64 zero = {0}, int64 one = {1}, int64[4] rows = {-1, 1, 1, 1}, int64[4] cols = {1, 1, 1, -1},
+         int64[1] last = {-1}> {
+    sh = Shape(h)
+    b = Gather<axis = 0>(sh, zero)
+    s = Gather<axis = 0>(sh, one)
+    rb = Range(zero, b, one)
+    rs = Range(zero, s, one)
+    gb = Reshape(rb, rows)
+    gs = Reshape(rs, cols)
+    both = Max(gb, gs)
+    spread = Shape(both)
+    eb = Expand(gb, spread)
+    es = Expand(gs, spread)
+    ub = Unsqueeze(eb, last)
+    us = Unsqueeze(es, last)
+    idx = Concat<axis = -1>(ub, us)
+    y = GatherND(mask, idx)
+}"""
+
+
+def test_the_dynamo_exporters_gather_nd_of_the_mask_becomes_an_unsqueeze():
+    m, r, before = fuse("gather_own_positions", ND, opset=18)
+    assert r.modified and "GatherND" not in ops(m) and unsqueeze_axes(m) == [1, 2]
+    same(before, m)
+
+
+def test_the_whole_pipeline_leaves_one_unsqueeze_of_the_dynamo_mask():
+    before = fuse("gather_own_positions", ND, opset=18, infer=False)[2]
+    m, _ = pyonnxopt.optimize(pyonnxopt.load(before))
+    assert ops(m) == ["Unsqueeze"]
+    same(before, m)
+
+
+@pytest.mark.parametrize("change, why", [
+    (("idx = Concat<axis = -1>(ub, us)", "idx = Concat<axis = -1>(us, ub)"),
+     "a position grid's length is S, not x's dim 0 (B)"),
+    (("gs = Reshape(rs, cols)", "gs = Reshape(rb, cols)"), "a position grid's length is B, not x's dim 1 (S)"),
+])
+def test_gather_nd_positions_that_are_not_x_own_are_refused(change, why):
+    text = ND.replace(*change)
+    if "Reshape(rb, cols)" in text:
+        text = text.replace("bool[B,1,1,S] y", "bool[B,1,1,B] y")
+    m, r, _ = fuse("gather_own_positions", text, opset=18, full_check=False)
+    assert not r.modified and near(r, why), r.stats["near_misses"]

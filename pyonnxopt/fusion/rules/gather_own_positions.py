@@ -46,7 +46,8 @@ class GatherOwnPositions(Rule):
 
     def pattern(self, opset: int) -> list:
         return [Op("Gather", Op("Flatten", Var("x"), name="flat"), Var("idx"), name="gather"),
-                Op("Gather", Op("Reshape", Var("x"), Const("target"), name="flat"), Var("idx"), name="gather")]
+                Op("Gather", Op("Reshape", Var("x"), Const("target"), name="flat"), Var("idx"), name="gather"),
+                Op("GatherND", Var("x"), Var("idx"), name="gather")]
 
     def check(self, m: Match) -> Optional[str]:
         plan = _plan(m)
@@ -64,6 +65,8 @@ class GatherOwnPositions(Rule):
 
 def _plan(m: Match) -> Union[list, str]:
     """The axes to unsqueeze x by, or why not ("" where it is not the case)."""
+    if m.root.op_type == "GatherND":
+        return _nd_plan(m)
     if m.root.attributes.get("axis", 0) != 0:
         return ""
     x, flat = dims(m["x"]), dims(m["flat"].outputs[0])
@@ -97,6 +100,60 @@ def _plan(m: Match) -> Union[list, str]:
         return f"the flattened rows {trailing} are not x's trailing dims {x[k:]}"
     placed = {g[0] for g in grids}
     return [a for a in range(rank) if a not in placed] + extra
+
+
+def _nd_plan(m: Match) -> Union[list, str]:
+    """GatherND(x, Concat(Unsqueeze(Expand(grid_j, shape), -1), ...)): the
+    index's last axis holds, for each leading dim j of x, a Range grid
+    spread over the index shape (torch's dynamo exporter writes
+    `mask[b, kv]` so)."""
+    concat = m["idx"].producer
+    if m.root.attributes.get("batch_dims", 0) != 0 or concat is None or concat.op_type != "Concat" \
+            or concat.domain:
+        return ""
+    x, shape = dims(m["x"]), None
+    placed = []
+    for part in concat.inputs:
+        spread = _unsqueezed_last(part)
+        grid = spread.producer.inputs[0] if spread is not None and spread.producer is not None \
+            and spread.producer.op_type == "Expand" and not spread.producer.domain else spread
+        if grid is None or _range_length(grid) is None:
+            return ""
+        d, g = dims(spread), dims(grid)
+        axes = [a for a, n in enumerate(g or []) if n != 1]
+        if d is None or None in d or g is None or len(axes) != 1:
+            return f"the position grid '{grid.name}' does not lie along one axis of a known shape"
+        if shape is None:
+            shape = d
+        if len(d) != len(shape) or not all(map(same_dim, d, shape)):
+            return "the position grids are not spread to one index shape"
+        placed.append((axes[0], _range_length(grid)))
+    rank, k = len(shape), len(placed)
+    if concat.attributes.get("axis") not in (-1, rank):
+        return ""
+    if x is None or None in x or k > len(x):
+        return f"{k} position grids for x of dims {x}"
+    for j, (axis, length) in enumerate(placed):
+        if j and axis <= placed[j - 1][0]:
+            return "the position grids are not laid along axes in x's order"
+        if not same_dim(length, x[j]) or not same_dim(shape[axis], x[j]):
+            return f"a position grid's length is {length}, not x's dim {j} ({x[j]})"
+    axes = {a for a, _ in placed}
+    if any(shape[a] != 1 for a in range(rank) if a not in axes):
+        return f"the index shape {shape} spreads the positions over more than x's dims"
+    return [a for a in range(rank) if a not in axes]
+
+
+def _unsqueezed_last(v):
+    """The value an Unsqueeze of v's last axis reads, or None."""
+    p = v.producer
+    if p is None or p.domain or p.op_type != "Unsqueeze":
+        return None
+    axes = constant_ints(p.inputs[1]) if len(p.inputs) > 1 else p.attributes.get("axes")
+    d = dims(v)
+    if axes is None or d is None or len(axes) != 1 or axes[0] not in (-1, len(d) - 1):
+        return None
+    return p.inputs[0]
 
 
 def _terms(v, budget: int) -> Optional[list]:
