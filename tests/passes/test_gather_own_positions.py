@@ -209,3 +209,20 @@ def test_gather_nd_positions_that_are_not_x_own_are_refused(change, why):
         text = text.replace("bool[B,1,1,S] y", "bool[B,1,1,B] y")
     m, r, _ = fuse("gather_own_positions", text, opset=18, full_check=False)
     assert not r.modified and near(r, why), r.stats["near_misses"]
+
+
+def test_grids_spread_to_a_higher_rank_count_their_axes_from_the_right():
+    text = ND.replace("spread = Shape(both)", "sb = Shape(both)\n    spread = Concat<axis = 0>(lead, sb)").replace(
+        "int64[1] last = {-1}>", "int64[1] last = {-1}, int64[1] lead = {1}>").replace(
+        "bool[B,1,1,S] y", "bool[1,B,1,1,S] y")
+    m, r, before = fuse("gather_own_positions", text, opset=18)
+    assert r.modified and unsqueeze_axes(m) == [0, 2, 3]
+    same(before, m)
+
+
+def test_a_scale_of_higher_rank_than_the_grids_is_refused():
+    text = MASK.replace("off = Mul(gb, stride)", "s5 = Reshape(stride, five)\n    off = Mul(gb, s5)").replace(
+        "int64[1] flat = {-1}>", "int64[1] flat = {-1}, int64[5] five = {1, 1, 1, 1, 1}>").replace(
+        "bool[B,1,1,S] y", "bool[1,B,1,1,S] y")
+    m, r, _ = fuse("gather_own_positions", text, opset=17)
+    assert not r.modified and near(r, "are not the grids' 4-d layout"), r.stats["near_misses"]

@@ -99,6 +99,11 @@ def _plan(m: Match) -> Union[list, str]:
     else:
         return f"the flattened rows {trailing} are not x's trailing dims {x[k:]}"
     placed = {g[0] for g in grids}
+    index = dims(m["idx"])
+    if index is None or len(index) != rank or any(
+            d is not None and d != (x[[g[0] for g in grids].index(a)] if a in placed else 1)
+            for a, d in enumerate(index)):
+        return f"the index's dims {index} are not the grids' {rank}-d layout"  # a scale of higher rank
     return [a for a in range(rank) if a not in placed] + extra
 
 
@@ -121,8 +126,9 @@ def _nd_plan(m: Match) -> Union[list, str]:
             return ""
         d, g = dims(spread), dims(grid)
         axes = [a for a, n in enumerate(g or []) if n != 1]
-        if d is None or None in d or g is None or len(axes) != 1:
+        if d is None or None in d or g is None or len(axes) != 1 or len(g) > len(d):
             return f"the position grid '{grid.name}' does not lie along one axis of a known shape"
+        axes = [axes[0] + len(d) - len(g)]  # Expand aligns the grid's dims to the right
         if shape is None:
             shape = d
         if len(d) != len(shape) or not all(map(same_dim, d, shape)):
