@@ -410,6 +410,33 @@ void remove_round_trips(Model& model, const PassOptions& options, PassStats& sta
   }
 }
 
+// A Cast of a Cast whose middle type holds every value of the input's
+// (bool -> int32 -> int64, float16 -> float32 -> int32): the second Cast
+// converts the same value either way, so it reads the input itself. Not
+// into string, whose text may spell the value by the type it had.
+void merge_exact_cast_chains(Model& model, PassStats& stats) {
+  for (Graph* g : model.all_graphs()) {
+    std::vector<Node*> casts;
+    for (Node* n : g->nodes)
+      if (is_standard_domain(n->domain.value) && n->op_type.value == "Cast") casts.push_back(n);
+    for (Node* second : casts) {
+      Node* first = second->removed ? nullptr : pair_head(*second);
+      if (!first || first->op_type.value != "Cast" || first->pinned || second->pinned || first->graph != g ||
+          first->outputs[0]->uses.size() != 1 || first->outputs[0]->is_graph_output())
+        continue;  // a middle value read elsewhere stays: merging would save nothing
+      const int32_t from = known_elem_type(first->inputs[0]);
+      const int32_t via = static_cast<int32_t>(int_attribute(*first, "to", 0));
+      const int32_t to = static_cast<int32_t>(int_attribute(*second, "to", 0));
+      if (!from || !via || !to || to == from || to == 8 || cast_round_trip(from, via) != RoundTrip::kExact) continue;
+      g->set_input(second, 0, first->inputs[0]);
+      stats.rewrites.push_back(Rewrite{"merged exact casts", {first->name.value}, {second->name.value}});
+      stats.removed.push_back(first->display_name());
+      ++stats.nodes_removed;
+      g->remove_node(first);
+    }
+  }
+}
+
 }  // namespace
 
 PassStats EliminateNop::run(Model& model, const PassOptions& options) const {
@@ -423,6 +450,7 @@ PassStats EliminateNop::run(Model& model, const PassOptions& options) const {
       return why_not_nop(m, g, n, why);
     });
     remove_round_trips(model, options, sweep);
+    merge_exact_cast_chains(model, sweep);
     stats.refused = std::move(sweep.refused);
     if (!sweep.nodes_removed) return stats;
     stats.nodes_removed += sweep.nodes_removed;

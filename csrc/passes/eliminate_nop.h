@@ -13,6 +13,10 @@
 //   m = Cast<to=DOUBLE>(x: float);  y = Cast<to=FLOAT>(m)
 //     ->  readers of y read x; the first node goes too when nothing else reads m
 //
+// And a Cast of a Cast whose middle type holds every value of the input's:
+//
+//   m = Cast<to=INT32>(x: bool);  y = Cast<to=INT64>(m)   ->  y = Cast<to=INT64>(x)
+//
 // Decided from attributes, known element types and shapes, and constant
 // inputs only (known_values.h: a shape comes from an initializer's dims or a
 // declared type; a constant is an initializer that is not a graph input).

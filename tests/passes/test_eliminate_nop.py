@@ -587,6 +587,45 @@ def test_cast_chain_goes_in_one_run_and_shared_middle_stays():
                                    for c in (["c1", "c2"], ["c3", "c4"], ["c6"])]
 
 
+def cast_chain(t, via, to):
+    return onnx.parser.parse_model(f"""<ir_version: 11, opset_import: ["" : 23]>
+        g ({t}[5] x) => ({to}[5] y) {{
+            a = Cast <to = {CODES[via]}> (x)
+            y = Cast <to = {CODES[to]}> (a)
+        }}""")
+
+
+CHAIN_FEED = np.array([-2.75, -1.0, 0.0, 0.5, 3.25])
+
+
+@pytest.mark.parametrize("t, via, to", [("bool", "int32", "int64"), ("float16", "float", "int32"),
+                                         ("uint8", "int16", "float"), ("int8", "float", "double"),
+                                         ("float16", "double", "bool"), ("int32", "int64", "float16")])
+def test_a_cast_through_a_type_that_holds_every_value_reads_the_input(t, via, to):
+    before = cast_chain(t, via, to)
+    m, r = run(before)
+    assert structure(m) == [("Cast", ["x"], ["y"])] and r.stats["rewrites"][0]["what"] == "merged exact casts"
+    x = {"x": (CHAIN_FEED != 0) if t == "bool" else CHAIN_FEED.astype(np.dtype(t))}
+    assert np.array_equal(outputs(before, x)[0], outputs(m, x)[0])
+
+
+@pytest.mark.parametrize("t, via, to", [("float", "float16", "double"), ("int64", "int32", "float"),
+                                         ("float", "int32", "int64"), ("float", "double", "string"),
+                                         ("float", "bool", "int64")])
+def test_a_cast_chain_that_rounds_or_spells_stays(t, via, to):
+    m, r = run(cast_chain(t, via, to), allow_lossy=True)
+    assert ops(m) == ["Cast", "Cast"] and not r.modified
+
+
+def test_a_cast_chain_whose_middle_is_read_elsewhere_stays():
+    m, r = run("""g (bool[3] x) => (int64[3] y, int32[3] z) {
+        a = Cast <to = 6> (x)
+        y = Cast <to = 7> (a)
+        z = Neg(a)
+    }""")
+    assert ops(m) == ["Cast", "Cast", "Neg"] and not r.modified
+
+
 def test_cast_round_trip_refusals():
     m, r = run("""g (float[3] x, float[3] u) => (float[3] y, float[3] z) {
         v = Relu(u)
