@@ -79,18 +79,8 @@ Region Planner::grow(Node* root, const Perm& perm) {
 // data keeps its order, so it costs no Transpose. Mirrors
 // reshape_unit_moves: at most one unknown dim may move.
 bool Planner::unit_moves_only(const Perm& perm, const Value* v) const {
-  if (default_opset(model_, graph_) < 5) return false;
   std::optional<std::vector<int64_t>> dims = known_shape(v);
-  if (!dims && v->producer && is_transpose(*v->producer)) {
-    // A Transpose an earlier move made: its output has no stated shape yet,
-    // its input does (v = Transpose(it, perm)). Without this, such a
-    // Transpose counted when it went but not when it was added, and moves
-    // went back and forth.
-    std::optional<std::vector<int64_t>> in = known_shape(v->producer->inputs[0]);
-    std::optional<Perm> own = transpose_perm(*v->producer, static_cast<int64_t>(perm.size()));
-    return in && own && *own == perm && in->size() == perm.size() && keeps_data_order(*in, perm);
-  }
-  if (!dims || dims->size() != perm.size()) return false;
+  if (!dims || dims->size() != perm.size() || default_opset(model_, graph_) < 5) return false;
   std::vector<int64_t> untransposed(dims->size());  // the Transpose's input: v = Transpose(it, perm)
   for (size_t i = 0; i < perm.size(); ++i) untransposed[static_cast<size_t>(perm[i])] = (*dims)[i];
   return keeps_data_order(untransposed, perm);
@@ -177,20 +167,11 @@ Roles Planner::roles(const Region& region) {
       else if (split_for_attention(*n, u.index, perm)) for_attention = true;
       else outside = true;
     }
-    const int cost = unit_moves_only(perm, v) ? 1 : 2;
-    if (outside && made_here) r.delta += cost;  // its Transpose is added
-    if (!outside && !for_attention && !made_here) r.delta -= cost;  // its Transpose goes
+    if (outside && made_here && !unit_moves_only(perm, v)) ++r.delta;  // its Transpose is added
+    if (!outside && !for_attention && !made_here) --r.delta;  // its Transpose goes
   }
-  for (const auto& [t, v] : r.cancelled) r.delta -= cancelled_cost(*t, *v);
+  r.delta -= static_cast<int>(r.cancelled.size());
   return r;
-}
-
-// What a cancelled Transpose `t` reading `v` costs now (see Roles::delta).
-int Planner::cancelled_cost(const Node& t, const Value& v) const {
-  std::optional<std::vector<int64_t>> dims = known_shape(&v);
-  if (!dims || default_opset(model_, graph_) < 5) return 2;
-  std::optional<Perm> perm = transpose_perm(t, static_cast<int64_t>(dims->size()));
-  return perm && keeps_data_order(*dims, *perm) ? 1 : 2;
 }
 
 // A Transpose reading region value `v` whose composed perm is the

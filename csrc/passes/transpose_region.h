@@ -40,11 +40,7 @@ struct Roles {
   std::unordered_map<ir::Value*, Perm> perm_of;                       // the region's values
   std::vector<ir::Node*> sources;                                     // Transposes whose outputs are region values
   std::vector<std::pair<ir::Node*, ir::Value*>> cancelled, composed;  // Transpose readers, and what they read
-  // Transposes added minus removed, in halves: 2 for one that moves data,
-  // 1 for one that moves only size-1 axes (a Reshape in the end: cheap, but
-  // a node all the same). Priced alike both ways, so a move and its way back
-  // cannot both gain.
-  int delta = 0;
+  int delta = 0;                                                      // Transposes added minus removed
 };
 
 // Grows a region from a Transpose through every node that can take it
@@ -66,7 +62,6 @@ class Planner {
 
  private:
   bool unit_moves_only(const Perm& perm, const ir::Value* v) const;
-  int cancelled_cost(const ir::Node& t, const ir::Value& v) const;
   bool split_for_attention(const ir::Node& n, int index, const Perm& perm) const;
   bool is_cache_concat(const ir::Node& n) const;
 
