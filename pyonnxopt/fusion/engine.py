@@ -8,7 +8,7 @@ import logging
 from typing import Optional
 
 from pyonnxopt.errors import first_line
-from pyonnxopt.fusion.pattern import compile_pattern
+from pyonnxopt.fusion.pattern import Op, compile_pattern, elements
 from pyonnxopt.fusion.rule import Edit, Match, Rule, node_id, opset_of
 from pyonnxopt.fusion.values import output_dim_aliases
 from pyonnxopt.model import Model
@@ -46,8 +46,23 @@ def _compiled(rule: Rule, opset: int) -> list:
         variants = rule.pattern(opset)
         if not isinstance(variants, (list, tuple)):
             variants = [variants]
-        cache[opset] = [compile_pattern(v, opset) for v in variants]
+        cache[opset] = [(*compile_pattern(v, opset), _op_types(v)) for v in variants]
     return cache[opset]
+
+
+def _op_types(root) -> list:
+    """For each op of the pattern, the op types it may be."""
+    return [frozenset(e.op_types) for e in elements(root) if isinstance(e, Op)]
+
+
+def _cannot_fit(needs: list, present: set, enough_ops: int, near_misses: bool) -> bool:
+    """Whether a variant can neither match (an op type it needs is not in
+    the graph at all) nor, with `near_misses`, come near: fewer of its ops
+    than `enough_ops` find their type. Such variants are not tried: a Mul
+    heavy graph without MatMul made fuse_matmul_scale's 896 variants scan
+    every Mul each (19 s on a 100,000-node chain)."""
+    fit = sum(1 for types in needs if types & present)
+    return fit < len(needs) and (not near_misses or fit < enough_ops)
 
 
 def run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
@@ -64,8 +79,11 @@ def _run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
     for graph in _graphs(model):
         closest: dict = {}  # root-type node no variant matched -> (elements bound, why)
         matched: set = set()
-        for pattern, names in compiled:
+        present = {n.op_type for n in graph.nodes}
+        for pattern, names, needs in compiled:
             enough_ops = min(rule.near_miss_min_ops, pattern.ops)
+            if _cannot_fit(needs, present, enough_ops, rule.pattern_near_misses):
+                continue
             # Again while an earlier rewrite made a match stale: the larger
             # variants (tried first) then still win where they apply.
             for _ in range(ROUNDS):

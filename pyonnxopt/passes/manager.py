@@ -4,7 +4,9 @@ waits for cleanup (the fusion rules) is left out of an iteration in which
 an earlier pass that does not wait changed the model; one that waits for
 the fusions runs only once every other pass has had a turn without
 changing it (a whole round since its own last turn); both run in the last
-allowed iteration."""
+allowed iteration. An iteration that leaves the model as an earlier one
+left it (names aside: passes that move nodes back and forth) ends the run
+after one more iteration in which every pass runs, as in the last."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class PipelineReport:
     iterations: int = 0
     converged: bool = False
     stopped: bool = False  # `after_pass` asked to stop
+    cycled: bool = False  # an iteration gave back an earlier iteration's model
 
 
 def run_passes(
@@ -70,15 +73,18 @@ def run_passes(
     # Turns count every pass's place in the run, skipped or not; an
     # after_fusions pass waits while the model changed since its last turn.
     turns, changed_at, last_turn = 0, -1, {}
+    seen: set = set()  # the structure each iteration left, names aside
+    final = False
     for iteration in range(1, max_iterations + 1):
         report.iterations = iteration
+        last = final or iteration == max_iterations
         changed = waited = False
         cleaned = True  # no pass that does not wait for cleanup changed the model yet in this iteration
         for p in chosen:
             previous, last_turn[p.name] = last_turn.get(p.name), turns
             turns += 1
             unsettled = p.after_fusions and (previous is None or changed_at > previous)
-            if ((p.after_cleanup and not cleaned) or unsettled) and iteration < max_iterations:
+            if ((p.after_cleanup and not cleaned) or unsettled) and not last:
                 waited = True
                 continue  # the next iteration
             if progress:
@@ -106,4 +112,30 @@ def run_passes(
         if not changed and not waited:
             report.converged = True
             break
+        if final:
+            break
+        if changed:
+            shape = structure(model)
+            if shape in seen:
+                report.cycled = final = True
+                log.info("iteration %d gave back an earlier iteration's model: one more, every pass, then stop",
+                         iteration)
+            seen.add(shape)
     return model, report
+
+
+def structure(model: Model) -> int:
+    """A hash of the main graph's nodes in topological order, each by op,
+    attributes and where its inputs come from (a graph input's or an
+    initializer's name, or another node's place), not by its own names."""
+    g = model.graph
+    place: dict = {}
+    items = []
+    for i, n in enumerate(g.topological_order()):
+        for k, v in enumerate(n.outputs):
+            if v is not None:
+                place[v.name] = (i, k)
+        sources = tuple(None if v is None else place.get(v.name, v.name) for v in n.inputs)
+        items.append((n.op_type, n.domain, tuple(n.attribute_protos()), sources))
+    items.append(tuple(place.get(v.name, v.name) for v in g.outputs))
+    return hash(tuple(items))

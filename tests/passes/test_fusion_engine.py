@@ -309,6 +309,31 @@ def test_a_one_op_pattern_needs_only_its_root():
     assert [rw["consumed"] for rw in r.stats["rewrites"]] == [["Mul->z"]]
 
 
+def test_variants_whose_ops_the_graph_lacks_are_not_tried_unless_they_could_come_near():
+    class CountedReluTimesTwo(ScaledRelu):
+        name = "test_counted"
+
+        def pattern(self, opset):
+            return [Op("Mul", Op("Softplus", Var("x"), name="sp"), Const("two", value=2.0)),
+                    Op("Mul", Op("Relu", Var("x"), name="relu"), Const("two", value=2.0))]
+
+    # No Softplus in the graph: the first variant is skipped; the Relu one
+    # still fires and explains its miss as before.
+    _, r = run(CountedReluTimesTwo(), NEAR_MISS_GRAPH)
+    assert r.stats["near_misses"] == ["Mul->y: 'two': 'three' holds 3.000000, needs every element 2.000000"]
+
+    class EveryMul(CountedReluTimesTwo):
+        near_miss_min_ops = 1  # the Mul alone is near: the Softplus variant still runs and explains
+
+    _, r = run(EveryMul(), NEAR_MISS_GRAPH)
+    assert any("is not Softplus" in x or "is not Relu" in x for x in r.stats["near_misses"])
+    from pyonnxopt.fusion.engine import _cannot_fit
+
+    needs = [frozenset({"Mul"}), frozenset({"Softplus"})]
+    assert _cannot_fit(needs, {"Mul", "Relu"}, 2, True) and not _cannot_fit(needs, {"Mul", "Relu"}, 1, True)
+    assert _cannot_fit(needs, {"Mul"}, 1, False) and not _cannot_fit(needs, {"Mul", "Softplus"}, 2, False)
+
+
 class NegAbs(Rule):
     """Abs(Neg(x)) -> Abs(x), made with edit.node + edit.replace_value."""
 

@@ -126,3 +126,31 @@ def test_a_pass_that_waits_for_the_fusions_needs_a_whole_quiet_round():
     finally:
         unregister(FusionLike.name)
         unregister(AfterFusions.name)
+
+
+class AddIdentity(Pass):
+    """Puts an Identity before the graph output every time: with
+    eliminate_identity after it, each iteration ends where the last did."""
+
+    name = "test_add_identity"
+    description = "an Identity before the output"
+
+    def run(self, model, options):
+        g = model.graph
+        out = g.outputs[0]
+        node = out.producer
+        fresh = g.unique_name("again")
+        g.add_node("Identity", [node.inputs[0]], [fresh], name=g.unique_name("again"), before=node)
+        g.set_input(node, 0, g.value(fresh))
+        return PassResult(True, {"nodes_added": 1})
+
+
+def test_an_iteration_that_gives_back_an_earlier_model_ends_the_run():
+    register(AddIdentity())
+    try:
+        m, report = run_passes(MODEL, passes=["test_add_identity", "eliminate_identity"], max_iterations=20)
+        # 1 and 2 both end with the model they started with; 3 runs every pass once more, as the last would
+        assert report.cycled and not report.converged and report.iterations == 3
+        assert [n.op_type for n in m.graph.nodes] == ["Relu", "Neg", "Abs"]
+    finally:
+        unregister(AddIdentity.name)
