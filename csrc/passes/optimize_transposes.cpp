@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -19,6 +20,27 @@ namespace pyonnxopt::passes {
 using namespace ir;
 
 namespace {
+
+// `name` without the suffixes earlier moves appended ("_untransposed",
+// "_transpose", each maybe with a counter): a value moved again and again
+// keeps a name of bounded length (MaxViT's went past 10,000 characters).
+std::string stem(const std::string& name) {
+  std::string s = name;
+  for (;;) {
+    size_t end = s.size();
+    while (end > 0 && s[end - 1] >= '0' && s[end - 1] <= '9') --end;
+    const std::string t = end < s.size() && end > 0 && s[end - 1] == '_' ? s.substr(0, end - 1) : s;
+    bool cut = false;
+    for (const std::string suffix : {"_untransposed", "_transpose"}) {
+      if (t.size() > suffix.size() && t.compare(t.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        s = t.substr(0, t.size() - suffix.size());
+        cut = true;
+        break;
+      }
+    }
+    if (!cut) return s;
+  }
+}
 
 constexpr int kMaxSweeps = 64;  // each sweep lowers the count or moves a Transpose down; a bound all the same
 
@@ -143,10 +165,10 @@ class Applier {
         case PushedInput::kUnitMoved: {  // made in N's layout by a Transpose that reshape_unit_moves then turns
           Node* t = g_.new_node();
           t->op_type.set("Transpose");
-          t->name.set(names_.make(old->name + "_transpose"));
+          t->name.set(names_.make(stem(old->name) + "_transpose"));
           set_perm(*t, inverse(m.perm));
           t->inputs.push_back(old);
-          t->outputs.push_back(g_.create_value(names_.make(old->name + "_untransposed")));
+          t->outputs.push_back(g_.create_value(names_.make(stem(old->name) + "_untransposed")));
           g_.add_node(t, n);
           ++stats_.nodes_added;
           record_.produced.push_back(node_id(*t));
@@ -165,12 +187,12 @@ class Applier {
     for (size_t i = 0; i < n->outputs.size(); ++i) {
       Value* y = n->outputs[i];
       if (!y || m.push.outputs[i].empty()) continue;
-      Value* twin = g_.split_output(n, static_cast<int>(i), names_.make(y->name + "_untransposed"));
+      Value* twin = g_.split_output(n, static_cast<int>(i), names_.make(stem(y->name) + "_untransposed"));
       twin_[y] = twin;
       fresh_[twin] = twin->name;
       Node* t = g_.new_node();
       t->op_type.set("Transpose");
-      t->name.set(names_.make(y->name + "_transpose"));
+      t->name.set(names_.make(stem(y->name) + "_transpose"));
       set_perm(*t, m.push.outputs[i]);
       t->inputs.push_back(twin);
       t->outputs.push_back(y);
