@@ -79,10 +79,12 @@ def _run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
     for graph in _graphs(model):
         closest: dict = {}  # root-type node no variant matched -> (elements bound, why)
         matched: set = set()
-        present = {n.op_type for n in graph.nodes}
+        # The graph's op types cost a pass over its nodes, as a variant's scan
+        # does: worth it only for rules with several variants to skip.
+        present = {n.op_type for n in graph.nodes} if len(compiled) > 1 else None
         for pattern, names, needs in compiled:
             enough_ops = min(rule.near_miss_min_ops, pattern.ops)
-            if _cannot_fit(needs, present, enough_ops, rule.pattern_near_misses):
+            if present is not None and _cannot_fit(needs, present, enough_ops, rule.pattern_near_misses):
                 continue
             # Again while an earlier rewrite made a match stale: the larger
             # variants (tried first) then still win where they apply.

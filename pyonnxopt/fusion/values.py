@@ -101,6 +101,11 @@ def same_dim(a, b) -> bool:
     return a is not None and a == b
 
 
+def same_dims(a: Optional[list], b: Optional[list]) -> bool:
+    """Provably the same shape: as many dims, each the same int or symbol."""
+    return a is not None and b is not None and len(a) == len(b) and all(map(same_dim, a, b))
+
+
 def broadcasts_into(small: Optional[list], big: Optional[list]) -> bool:
     """Provably: `small` broadcast against `big` gives `big`'s shape (each
     of small's dims, right-aligned, is 1 or equal to big's)."""
@@ -118,6 +123,15 @@ def constant_array(v: Optional[Value]) -> Optional[np.ndarray]:
     p = v.producer
     value = p.attributes.get("value") if p is not None and p.op_type == "Constant" and not p.domain else None
     return value.numpy() if value is not None and hasattr(value, "numpy") else None
+
+
+def range_behind(v: Optional[Value]):
+    """The Range node v is, or lays along axes through Reshapes and
+    Unsqueezes (which keep its order); None for anything else."""
+    p = v.producer if v is not None else None
+    while p is not None and not p.domain and p.op_type in ("Reshape", "Unsqueeze"):
+        p = p.inputs[0].producer
+    return p if p is not None and not p.domain and p.op_type == "Range" else None
 
 
 def constant_ints(v: Optional[Value]) -> Optional[list]:

@@ -73,10 +73,9 @@ def _plan(m: Match) -> Union[tuple, str]:
             inserted, j = inserted + [j], j + 1
         else:
             return ""
-    chain = m.nodes
     made = int(bool(dropped)) + int(bool(inserted))
     computed = any(len(n.inputs) > 1 and n.inputs[1] is not None and constant_ints(n.inputs[1]) is None
-                   and len(n.inputs[1].uses) == 1 for n in chain)
-    if made > len(chain) or (made == len(chain) and not computed):
+                   and len(n.inputs[1].uses) == 1 for n in m.nodes)
+    if made > len(m.nodes) or (made == len(m.nodes) and not computed):
         return ""
     return dropped, inserted

@@ -34,7 +34,7 @@ from onnx import helper
 
 from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule, node_id
-from pyonnxopt.fusion.values import constant_array, dims, same_dim
+from pyonnxopt.fusion.values import constant_array, dims, range_behind, same_dims
 
 _BROADCASTING = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Equal", "Less", "Greater",
                  "LessOrEqual", "GreaterOrEqual", "Where", "Max", "Min", "Sum", "Mean"}
@@ -88,8 +88,7 @@ def _absorbed(v, new: list, depth: int, shrunk: list) -> Optional[str]:
     """None where every reader of v, read with dims `new` instead of its
     own, gives the same result (results that shrink too are added to
     `shrunk`, their readers checked the same way); else why not."""
-    old = dims(v)
-    if old is not None and len(old) == len(new) and all(map(same_dim, old, new)):
+    if same_dims(dims(v), new):
         return None
     if v.is_graph_output:
         return f"'{v.name}' is a graph output: its shape would change"
@@ -105,7 +104,7 @@ def _absorbed(v, new: list, depth: int, shrunk: list) -> Optional[str]:
         why = _absorbed(reader.outputs[0], result, depth - 1, shrunk)
         if why:
             return why
-        if not all(map(same_dim, result, dims(reader.outputs[0]) or [None] * len(result))):
+        if not same_dims(result, dims(reader.outputs[0])):
             shrunk.append((reader.outputs[0], result))
     return None
 
@@ -147,10 +146,8 @@ def _all_true(v) -> bool:
 def _range_low(grid) -> Optional[float]:
     """The least value of a Range with a step >= 0 (through Reshape and
     Unsqueeze): its start; None otherwise."""
-    p = grid.producer
-    while p is not None and not p.domain and p.op_type in ("Reshape", "Unsqueeze"):
-        p = p.inputs[0].producer
-    if p is None or p.domain or p.op_type != "Range":
+    p = range_behind(grid)
+    if p is None:
         return None
     start, step = constant_array(p.inputs[0]), constant_array(p.inputs[2])
     if start is None or step is None or start.size != 1 or step.size != 1 or step.item() < 0:

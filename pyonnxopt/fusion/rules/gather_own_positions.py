@@ -32,7 +32,8 @@ from typing import Optional, Union
 
 from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
-from pyonnxopt.fusion.values import constant_array, constant_ints, dims, same_dim
+from pyonnxopt.fusion.values import attr_or_input, constant_array, dims, range_behind, same_dim, same_dims
+from pyonnxopt.passes.resolve_dynamic_reshapes import _entries
 
 _MAX_TERMS = 8
 
@@ -92,7 +93,7 @@ def _plan(m: Match) -> Union[list, str]:
         if scale is None or scale != _product(x[j + 1:k]):
             return f"the positions along x's dim {j} are not scaled by the dims after it"
     trailing = flat[1:]
-    if len(trailing) == len(x) - k and all(map(same_dim, trailing, x[k:])):
+    if same_dims(trailing, x[k:]):
         extra = []
     elif trailing == [1] and k == len(x):
         extra = [rank]  # Flatten(x, axis=rank): rows of one element
@@ -122,7 +123,8 @@ def _nd_plan(m: Match) -> Union[list, str]:
         spread = _unsqueezed_last(part)
         grid = spread.producer.inputs[0] if spread is not None and spread.producer is not None \
             and spread.producer.op_type == "Expand" and not spread.producer.domain else spread
-        if grid is None or _range_length(grid) is None:
+        length = _range_length(grid) if grid is not None else None
+        if length is None:
             return ""
         d, g = dims(spread), dims(grid)
         axes = [a for a, n in enumerate(g or []) if n != 1]
@@ -131,9 +133,9 @@ def _nd_plan(m: Match) -> Union[list, str]:
         axes = [axes[0] + len(d) - len(g)]  # Expand aligns the grid's dims to the right
         if shape is None:
             shape = d
-        if len(d) != len(shape) or not all(map(same_dim, d, shape)):
+        if not same_dims(d, shape):
             return "the position grids are not spread to one index shape"
-        placed.append((axes[0], _range_length(grid)))
+        placed.append((axes[0], length))
     rank, k = len(shape), len(placed)
     if concat.attributes.get("axis") not in (-1, rank):
         return ""
@@ -155,7 +157,7 @@ def _unsqueezed_last(v):
     p = v.producer
     if p is None or p.domain or p.op_type != "Unsqueeze":
         return None
-    axes = constant_ints(p.inputs[1]) if len(p.inputs) > 1 else p.attributes.get("axes")
+    axes = attr_or_input(p, "axes", 1)
     d = dims(v)
     if axes is None or d is None or len(axes) != 1 or axes[0] not in (-1, len(d) - 1):
         return None
@@ -185,10 +187,8 @@ def _terms(v, budget: int) -> Optional[list]:
 
 def _range_length(grid):
     """The length of the Range(0, n, 1) the grid lays along its axes, or None."""
-    p = grid.producer
-    if p is not None and not p.domain and p.op_type in ("Reshape", "Unsqueeze"):
-        p = p.inputs[0].producer
-    if p is None or p.domain or p.op_type != "Range":
+    p = range_behind(grid)
+    if p is None:
         return None
     start, step = (constant_array(p.inputs[i]) for i in (0, 2))
     if start is None or step is None or start.size != 1 or step.size != 1 or start.item() != 0 or step.item() != 1:
@@ -216,34 +216,14 @@ def _times(a: tuple, b: tuple) -> tuple:
 
 def _scalar_product(v, budget: int) -> Optional[tuple]:
     """A one-element integer value as a product of dims (see _product): a
-    constant, a dim read from a Shape, or a Mul of such; None otherwise."""
-    ints = constant_ints(v)
-    if ints is not None:
-        return _product(ints) if len(ints) == 1 else None
+    Mul of such, or what the shape arithmetic of resolve_dynamic_reshapes
+    reads as one entry (a constant, a dim read from a Shape) once ops that
+    keep its one element are peeled; None otherwise."""
     p = v.producer
-    if p is None or p.domain or budget <= 0:
-        return None
-    if p.op_type in ("Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape"):
-        return _scalar_product(p.inputs[0], budget - 1)
-    if p.op_type == "Mul" and len(p.inputs) == 2:
+    if p is not None and not p.domain and p.op_type == "Mul" and len(p.inputs) == 2 and budget > 0:
         a, b = (_scalar_product(i, budget - 1) for i in p.inputs)
         return None if a is None or b is None else _times(a, b)
-    if p.op_type == "Shape":
-        d = _shape_dims(p)
-        return _product(d) if d is not None and len(d) == 1 else None
-    if p.op_type == "Gather" and p.attributes.get("axis", 0) == 0 and p.inputs[0].producer is not None \
-            and p.inputs[0].producer.op_type == "Shape" and not p.inputs[0].producer.domain:
-        d, at = _shape_dims(p.inputs[0].producer), constant_ints(p.inputs[1])
-        if d is None or at is None or len(at) != 1 or not -len(d) <= at[0] < len(d):
-            return None
-        return _product([d[at[0]]])
-    return None
-
-
-def _shape_dims(shape_node) -> Optional[list]:
-    """The dims a Shape node returns (its start and end applied)."""
-    d = dims(shape_node.inputs[0])
-    if d is None:
-        return None
-    start, end = shape_node.attributes.get("start", 0), shape_node.attributes.get("end", len(d))
-    return d[slice(start, end)]
+    while p is not None and not p.domain and p.op_type in ("Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape"):
+        v, p = p.inputs[0], p.inputs[0].producer
+    entries = _entries(v)
+    return _product(entries) if entries is not None and len(entries) == 1 else None
