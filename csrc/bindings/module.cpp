@@ -370,6 +370,28 @@ proto::LoadOptions load_options(const std::string& base_dir, bool allow_outside)
   return o;
 }
 
+// A rule's closest near misses over its variants (Graph.find_matches).
+struct NearMisses {
+  ModelPtr model;
+  match::NearMissBook book;
+};
+
+// Each match's bindings in element order: Nodes for ops, Values (or None) for values.
+py::list bindings_of(const GraphRef& g, const match::Pattern& p, const std::vector<match::Match>& found) {
+  py::list matches;
+  for (const auto& m : found) {
+    py::list bound;
+    for (size_t e = 0; e < p.elements.size(); ++e) {
+      if (p.elements[e].kind == match::Element::Kind::kOp)
+        bound.append(NodeRef{g.model, m.nodes[e]});
+      else
+        bound.append(ref_or_none(g.model, m.values[e]));
+    }
+    matches.append(bound);
+  }
+  return matches;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -536,6 +558,16 @@ PYBIND11_MODULE(_core, m) {
           py::arg("path"), py::arg("mode") = "keep", py::arg("location") = "", py::arg("size_threshold") = 1024,
           py::arg("align") = 4096, py::arg("align_threshold") = 1 << 20, py::arg("max_file_size") = 0);
 
+  py::class_<NearMisses>(m, "NearMisses")
+      .def(py::init<>())
+      .def("__len__", [](const NearMisses& n) { return n.book.entries.size(); })
+      .def("items",
+           [](const NearMisses& n) {
+             py::list out;
+             for (const auto& e : n.book.entries) out.append(py::make_tuple(NodeRef{n.model, e.anchor}, text(e.reason)));
+             return out;
+           },
+           "(root node, reason) for each root with a near miss, in the order they came.");
   py::class_<GraphRef>(m, "Graph")
       .def("__eq__", &GraphRef::operator==)
       .def("__hash__", [](const GraphRef& g) { return std::hash<const void*>()(g.ptr); })
@@ -628,17 +660,8 @@ PYBIND11_MODULE(_core, m) {
                py::gil_scoped_release nogil;
                found = match::find_all(*g.ptr, *p);
              }
-             py::list matches, near;
-             for (const auto& m : found.found) {
-               py::list bound;
-               for (size_t e = 0; e < p->elements.size(); ++e) {
-                 if (p->elements[e].kind == match::Element::Kind::kOp)
-                   bound.append(NodeRef{g.model, m.nodes[e]});
-                 else
-                   bound.append(ref_or_none(g.model, m.values[e]));
-               }
-               matches.append(bound);
-             }
+             py::list near;
+             py::list matches = bindings_of(g, *p, found.found);
              for (const auto& n : found.near)
                near.append(py::make_tuple(NodeRef{g.model, n.anchor}, text(n.reason), n.depth, n.ops));
              return py::make_tuple(matches, near);
@@ -646,6 +669,21 @@ PYBIND11_MODULE(_core, m) {
            py::arg("pattern"),
            "Every match of a Pattern in this graph (bindings in element order) and the near misses "
            "(root node, reason, elements bound when it failed, how many of them ops).")
+      .def("find_matches",
+           [](const GraphRef& g, const std::shared_ptr<match::Pattern>& p, NearMisses* near, int min_ops) {
+             if (near && near->model && near->model != g.model)
+               throw py::value_error("these NearMisses hold another model's nodes");
+             if (near) near->model = g.model;
+             std::vector<match::Match> found;
+             {
+               py::gil_scoped_release nogil;
+               found = match::find_matches(*g.ptr, *p, near ? &near->book : nullptr, min_ops);
+             }
+             return bindings_of(g, *p, found);
+           },
+           py::arg("pattern"), py::arg("near_misses") = nullptr, py::arg("min_ops") = 0,
+           "match()'s matches; near misses with at least `min_ops` op elements go into `near_misses` where "
+           "they bound more than the one it holds for their root (none are gathered without it).")
       .def("clear_value_info", [](const GraphRef& g) { return g.ptr->clear_value_info(); },
            "Drops every value_info entry; returns how many.")
       .def("set_value_type",

@@ -85,29 +85,32 @@ std::string check_attr(const ir::Node& n, const AttrConstraint& c) {
 
 class Matcher {
  public:
-  Matcher(const ir::Graph& g, const Pattern& p) : graph_(g), p_(p) {}
+  // `explain`: write why attempts fail (near misses); off, failures cost nothing.
+  Matcher(const ir::Graph& g, const Pattern& p, bool explain) : graph_(g), p_(p), explain_(explain) {
+    for (size_t e = 0; e < p_.elements.size(); ++e)
+      if (p_.elements[e].commutative && p_.elements[e].inputs.size() >= 2) commutative_.push_back(e);
+    bit_of_.assign(p_.elements.size(), -1);
+    for (size_t i = 0; i < std::min(commutative_.size(), kMaxSwappable); ++i) bit_of_[commutative_[i]] = int(i);
+  }
 
   // Tries the pattern rooted at `root`. True on a match (bindings in `m_`);
-  // false with `best_reason_` set. Each commutative element may take its
-  // inputs in either order; every combination is tried (first found wins),
-  // since only a whole binding can tell whether the exclusivity rule holds.
-  bool run(ir::Node* root) {
+  // false with `best_reason_` set where an attempt bound more than `floor`
+  // elements (`explained()`). Each commutative element may take its inputs
+  // in either order; every combination is tried (first found wins), since
+  // only a whole binding can tell whether the exclusivity rule holds.
+  bool run(ir::Node* root, int floor = -1) {
     best_reason_.clear();
-    best_depth_ = -1;
+    best_depth_ = floor;
     best_ops_ = 0;
-    std::vector<size_t> commutative;
-    for (size_t e = 0; e < p_.elements.size(); ++e)
-      if (p_.elements[e].commutative && p_.elements[e].inputs.size() >= 2) commutative.push_back(e);
-    const size_t swappable = std::min(commutative.size(), kMaxSwappable);
-    bit_of_.assign(p_.elements.size(), -1);
-    for (size_t i = 0; i < swappable; ++i) bit_of_[commutative[i]] = int(i);
+    explained_ = false;
+    const size_t swappable = std::min(commutative_.size(), kMaxSwappable);
     // Orders differing only in elements no attempt reached bind alike: the
     // orders tried are those of the elements reached so far (`reached`
     // grows as attempts go deeper).
     size_t reached = 0;
     for (size_t mask = 0; mask < (size_t(1) << reached) || mask == 0; ++mask) {
       swapped_.assign(p_.elements.size(), false);
-      for (size_t i = 0; i < swappable; ++i) swapped_[commutative[i]] = (mask >> i) & 1;
+      for (size_t i = 0; i < swappable; ++i) swapped_[commutative_[i]] = (mask >> i) & 1;
       m_.nodes.assign(p_.elements.size(), nullptr);
       m_.values.assign(p_.elements.size(), nullptr);
       bound_.assign(p_.elements.size(), false);
@@ -122,10 +125,14 @@ class Matcher {
   const std::string& reason() const { return best_reason_; }
   int reason_depth() const { return best_depth_ < 0 ? 0 : best_depth_; }
   int reason_ops() const { return best_ops_; }
+  bool explained() const { return explained_; }
 
  private:
   const ir::Graph& graph_;
   const Pattern& p_;
+  const bool explain_;
+  std::vector<size_t> commutative_;  // elements that may take inputs 0 and 1 swapped
+  bool explained_ = false;
   Match m_;
   std::vector<bool> bound_;
   std::vector<bool> swapped_;  // per element: take inputs 0 and 1 swapped
@@ -152,11 +159,13 @@ class Matcher {
   // element had found a node of its type (it counts among the ops).
   template <class Why>
   bool fail(Why&& why, bool typed = false) {
+    if (!explain_) return false;
     const int d = depth();
     if (d > best_depth_) {
       best_depth_ = d;
       best_ops_ = ops_bound() + typed;
       best_reason_ = why();
+      explained_ = true;
     }
     return false;
   }
@@ -308,20 +317,52 @@ std::string Pattern::validate() const {
   return "";
 }
 
-Matches find_all(const ir::Graph& graph, const Pattern& pattern) {
-  Matches out;
-  Matcher matcher(graph, pattern);
+namespace {
+
+// Calls `each(node)` for every node of `graph` whose op type and domain are the root's.
+template <class Each>
+void for_each_root(const ir::Graph& graph, const Pattern& pattern, Each&& each) {
   const Element& root = pattern.elements[0];
   for (ir::Node* n : graph.nodes) {
     bool type_ok = false;
     for (const auto& t : root.op_types) type_ok = type_ok || t == n->op_type.value;
-    if (!type_ok || !same_domain(root.domain, n->domain.value)) continue;
+    if (type_ok && same_domain(root.domain, n->domain.value)) each(n);
+  }
+}
+
+}  // namespace
+
+Matches find_all(const ir::Graph& graph, const Pattern& pattern) {
+  Matches out;
+  Matcher matcher(graph, pattern, true);
+  for_each_root(graph, pattern, [&](ir::Node* n) {
     if (matcher.run(n))
       out.found.push_back(matcher.match());
     else
       out.near.push_back({n, matcher.reason(), matcher.reason_depth(), matcher.reason_ops()});
-  }
+  });
   return out;
+}
+
+std::vector<Match> find_matches(const ir::Graph& graph, const Pattern& pattern, NearMissBook* book, int min_ops) {
+  std::vector<Match> found;
+  Matcher matcher(graph, pattern, book != nullptr);
+  for_each_root(graph, pattern, [&](ir::Node* n) {
+    NearMiss* held = nullptr;
+    if (book)
+      if (auto it = book->at.find(n); it != book->at.end()) held = &book->entries[it->second];
+    if (matcher.run(n, held ? held->depth : -1)) {
+      found.push_back(matcher.match());
+    } else if (book && matcher.explained() && matcher.reason_ops() >= min_ops) {
+      NearMiss miss{n, matcher.reason(), matcher.reason_depth(), matcher.reason_ops()};
+      if (!held) {
+        book->at.emplace(n, book->entries.size());
+        held = &book->entries.emplace_back();
+      }
+      *held = std::move(miss);
+    }
+  });
+  return found;
 }
 
 }  // namespace pyonnxopt::match

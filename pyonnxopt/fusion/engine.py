@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+from pyonnxopt._core import NearMisses
 from pyonnxopt.errors import first_line
 from pyonnxopt.fusion.pattern import Op, compile_pattern, elements
 from pyonnxopt.fusion.rule import Edit, Match, Rule, node_id, opset_of
@@ -57,12 +58,14 @@ def _op_types(root) -> list:
 
 def _cannot_fit(needs: list, present: set, enough_ops: int, near_misses: bool) -> bool:
     """Whether a variant can neither match (an op type it needs is not in
-    the graph at all) nor, with `near_misses`, come near: fewer of its ops
-    than `enough_ops` find their type. Such variants are not tried: a Mul
-    heavy graph without MatMul made fuse_matmul_scale's 896 variants scan
-    every Mul each (19 s on a 100,000-node chain)."""
+    the graph at all) nor, with `near_misses`, come near: its root's type is
+    absent (a near miss is reported at a root), or fewer of its ops than
+    `enough_ops` find their type. Such variants are not tried: a Mul heavy
+    graph without MatMul made fuse_matmul_scale's 896 variants scan every
+    Mul each (19 s on a 100,000-node chain), and fuse_attention's 552, rooted
+    at Reshape or MatMul, scanned it for nothing (3 s)."""
     fit = sum(1 for types in needs if types & present)
-    return fit < len(needs) and (not near_misses or fit < enough_ops)
+    return fit < len(needs) and (not near_misses or fit < enough_ops or not needs[0] & present)
 
 
 def run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
@@ -77,7 +80,7 @@ def _run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
         return PassResult(False, stats)
     compiled = _compiled(rule, opset)
     for graph in _graphs(model):
-        closest: dict = {}  # root-type node no variant matched -> (elements bound, why)
+        closest = NearMisses() if rule.pattern_near_misses else None  # the deepest failure at each root
         matched: set = set()
         # The graph's op types cost a pass over its nodes, as a variant's scan
         # does: worth it only for rules with several variants to skip.
@@ -89,16 +92,13 @@ def _run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
             # Again while an earlier rewrite made a match stale: the larger
             # variants (tried first) then still win where they apply.
             for _ in range(ROUNDS):
-                found, near = graph.match(pattern)
-                for anchor, why, depth, ops in near if rule.pattern_near_misses else ():
-                    if ops >= enough_ops and depth > closest.get(anchor, (-1, ""))[0]:
-                        closest[anchor] = (depth, why)
+                found = graph.find_matches(pattern, closest, enough_ops)
                 touched: set = set()
                 stale = [_apply(rule, model, graph, names, bound, opset, options, touched, matched, stats)
                          for bound in found].count(False)
                 if not stale:
                     break
-        for anchor, (_, why) in closest.items():
+        for anchor, why in closest.items() if closest is not None else ():
             if anchor not in matched:
                 stats["near_misses"].append(f"{node_id(anchor)}: {why}")
     near = list(dict.fromkeys(stats["near_misses"]))  # overlapping variants refuse alike

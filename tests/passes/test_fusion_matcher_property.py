@@ -4,11 +4,13 @@ random patterns: the same root nodes match, with the same bindings."""
 import itertools
 
 import onnx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import pyonnxopt
+from pyonnxopt import _core
 from pyonnxopt.fusion import Op, Var
 from pyonnxopt.fusion.pattern import compile_pattern, elements
 
@@ -108,3 +110,39 @@ def test_native_matcher_agrees_with_reference(model, root):
         for e, b in zip(elements(root), bound):
             if isinstance(e, Op):
                 assert b.op_type in e.op_types
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs(), st.lists(patterns(), min_size=1, max_size=4), st.integers(0, 3))
+def test_near_miss_book_keeps_the_deepest_of_every_pattern(model, roots, min_ops):
+    """find_matches with a NearMisses book, over several patterns (a rule's
+    variants), keeps at each root what match()'s near misses would give:
+    the first of the deepest with at least `min_ops` ops, roots in the order
+    they first came."""
+    m = pyonnxopt.load(model)
+    book, expected = _core.NearMisses(), {}
+    for root in roots:
+        pattern, _ = compile_pattern(root, 17)
+        found, near = m.graph.match(pattern)
+        assert [[b.name if b is not None else None for b in bound] for bound in
+                m.graph.find_matches(pattern, book, min_ops)] == \
+            [[b.name if b is not None else None for b in bound] for bound in found]
+        assert m.graph.find_matches(pattern) == found  # without a book: the matches alone
+        for anchor, why, depth, ops in near:
+            if ops >= min_ops and depth > expected.get(anchor.name, (-1, ""))[0]:
+                expected[anchor.name] = (depth, why)
+    assert [(a.name, why) for a, why in book.items()] == [(a, why) for a, (_, why) in expected.items()]
+    assert len(book) == len(expected)
+
+
+def test_near_miss_book_holds_one_model():
+    a, b = (pyonnxopt.load(helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]))) for _ in range(2))
+    pattern, _ = compile_pattern(Op("Relu", Op("Neg", Var("x"))), 17)
+    book = _core.NearMisses()
+    a.graph.find_matches(pattern, book)
+    assert [n.name for n, _ in book.items()] == [a.graph.nodes[0].name]
+    with pytest.raises(ValueError, match="another model"):
+        b.graph.find_matches(pattern, book)
