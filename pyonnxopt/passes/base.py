@@ -21,6 +21,9 @@ class PassOptions:
 class PassResult:
     modified: bool
     stats: dict = field(default_factory=dict)
+    # Only value types or shapes changed (value_info), not what the graph
+    # computes: new to the passes after it, no change for the fixed point.
+    retyped: bool = False
 
 
 class Pass:
@@ -38,6 +41,10 @@ class Pass:
     # changed anything: a rewrite that restates what fusions read (rows,
     # head splits) waits until none of them can still fire.
     after_fusions: bool = False
+    # A second run straight after its own changes nothing, so the pipeline
+    # skips it while no other pass changed the model since (every pass is
+    # skipped while nothing at all changed since its last run).
+    idempotent: bool = False
 
     def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
         raise TypeError(f"{type(self).__name__} must define run()")

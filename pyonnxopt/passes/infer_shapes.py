@@ -13,9 +13,13 @@ class InferShapes(Pass):
     name = "infer_shapes"
     description = "infer types and shapes (onnx's inference on a weightless copy) and record them as value_info"
 
+    idempotent = True  # what it writes, it reads back the same: the second run types nothing
+
     def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
+        aliases = model.dim_aliases
         stats = shapes.infer(model)
         if "failed" in stats:
             stats["refused"] = [f"shape inference failed, passes that need shapes see fewer: {stats['failed']}"]
+        retyped = bool(stats.get("values_typed")) or model.dim_aliases != aliases
         # Types alone never count as a change: the fixed point is over the graph.
-        return PassResult(False, stats)
+        return PassResult(False, stats, retyped=retyped)

@@ -4,9 +4,12 @@ waits for cleanup (the fusion rules) is left out of an iteration in which
 an earlier pass that does not wait changed the model; one that waits for
 the fusions runs only once every other pass has had a turn without
 changing it (a whole round since its own last turn); both run in the last
-allowed iteration. An iteration that leaves the model as an earlier one
-left it (names aside: passes that move nodes back and forth) ends the run
-after one more iteration in which every pass runs, as in the last."""
+allowed iteration. A pass is skipped while nothing changed the model since
+its last run (value types included; an idempotent pass's own changes
+aside): it would find what it found then, nothing. An iteration that
+leaves the model as an earlier one left it (names aside: passes that move
+nodes back and forth) ends the run after one more iteration in which no
+pass waits, as in the last."""
 
 from __future__ import annotations
 
@@ -73,6 +76,8 @@ def run_passes(
     # Turns count every pass's place in the run, skipped or not; an
     # after_fusions pass waits while the model changed since its last turn.
     turns, changed_at, last_turn = 0, -1, {}
+    ran_at: dict = {}  # each pass's turn when it last ran
+    touched_at, toucher = -1, None  # the last run that changed the model or its types, and whose
     seen: set = set()  # the structure each iteration left, names aside
     final = False
     for iteration in range(1, max_iterations + 1):
@@ -83,6 +88,8 @@ def run_passes(
         for p in chosen:
             previous, last_turn[p.name] = last_turn.get(p.name), turns
             turns += 1
+            if p.name in ran_at and (touched_at < ran_at[p.name] or (toucher is p and p.idempotent)):
+                continue  # nothing new since it last ran
             unsettled = p.after_fusions and (previous is None or changed_at > previous)
             if ((p.after_cleanup and not cleaned) or unsettled) and not last:
                 waited = True
@@ -104,8 +111,11 @@ def run_passes(
             done.append(p.name)
             changed = changed or result.modified
             cleaned = cleaned and (p.after_cleanup or not result.modified)
+            ran_at[p.name] = last_turn[p.name]
             if result.modified:
                 changed_at = last_turn[p.name]
+            if result.modified or result.retyped:
+                touched_at, toucher = last_turn[p.name], p
             if after_pass is not None and after_pass(model, run) is False:
                 report.stopped = True
                 return model, report
