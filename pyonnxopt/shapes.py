@@ -30,8 +30,8 @@ def _known_dims(type_proto) -> int:
     return 1 + sum(d.HasField("dim_value") for d in t.shape.dim)
 
 
-def _known_dims_of(value) -> int:
-    t = value.type
+def _known_dims_of(t: dict) -> int:
+    """_known_dims of a value's type (Value.type); -2 untyped."""
     if t.get("kind") != "tensor":
         return -1 if t else -2
     shape = t.get("shape")
@@ -47,15 +47,15 @@ def _dim_score(d) -> int:
     return 0
 
 
-def _names_more(type_proto, value) -> bool:
+def _names_more(type_proto, t: dict) -> bool:
     """Same rank, no dim less specific, one more: a named symbol where the
-    value has a generated unk__ name or nothing (sizes are counted by _known_dims)."""
+    value (of type `t`) has a generated unk__ name or nothing (sizes are
+    counted by _known_dims)."""
     if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
         return False
     dims = type_proto.tensor_type.shape.dim
     if not any(d.dim_param and not d.dim_param.startswith("unk__") for d in dims):
         return False  # the common case, cheaply: no named symbol to add
-    t = value.type
     if t.get("kind") != "tensor" or t.get("shape") is None:
         return False
     new = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
@@ -74,9 +74,8 @@ def _renamed(old, new, aliases: Mapping) -> bool:
         old in aliases or (_generated(old) >= 0 and isinstance(new, str) and _generated(new) >= 0))
 
 
-def _renames(type_proto, value, aliases: Mapping) -> bool:
-    """Same rank, and some dim `_renamed`."""
-    t = value.type
+def _renames(type_proto, t: dict, aliases: Mapping) -> bool:
+    """Same rank as the value's type `t`, and some dim `_renamed`."""
     if t.get("kind") != "tensor" or t.get("shape") is None or not type_proto.HasField("tensor_type"):
         return False
     dims = type_proto.tensor_type.shape.dim
@@ -313,12 +312,12 @@ def _all_dims(graph):
                 yield from vi.type.tensor_type.shape.dim
 
 
-def _merged(type_proto, value, aliases: Mapping, computed: bool = False) -> None:
-    """Where the inferred type says less of a dim than the value does, or
-    the same but by another name, the value's dim goes back into it, unless
-    the new name is `_renamed`'s better one, or the inference `computed` it
-    (an If branch's output: the name of what the branch computes wins)."""
-    t = value.type
+def _merged(type_proto, t: dict, aliases: Mapping, computed: bool = False) -> None:
+    """Where the inferred type says less of a dim than the value's type `t`
+    does, or the same but by another name, the value's dim goes back into
+    it, unless the new name is `_renamed`'s better one, or the inference
+    `computed` it (an If branch's output: the name of what the branch
+    computes wins)."""
     if t.get("kind") != "tensor" or t.get("shape") is None or not type_proto.HasField("tensor_type"):
         return
     dims = type_proto.tensor_type.shape.dim
@@ -353,11 +352,12 @@ def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bo
             continue
         if v.is_graph_output and not update_outputs and not branch:
             continue
-        before = v.type.get("shape")
+        t = v.type  # a dict made on each read: read once
+        before = t.get("shape")
         # a branch output the branch computes, whose inferred shape has the declared rank
         computed = branch and v.is_graph_output and v.producer is not None and _same_rank(vi.type, before)
-        _merged(vi.type, v, aliases, computed)
-        if _known_dims(vi.type) > _known_dims_of(v) or _names_more(vi.type, v) or _renames(vi.type, v, aliases) \
+        _merged(vi.type, t, aliases, computed)
+        if _known_dims(vi.type) > _known_dims_of(t) or _names_more(vi.type, t) or _renames(vi.type, t, aliases) \
                 or (computed and symbolic_shapes.dims_of(vi.type) != before):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1

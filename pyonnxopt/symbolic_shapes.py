@@ -124,6 +124,10 @@ def _known(d) -> bool:
     return isinstance(d, int) or _is_symbol(d)
 
 
+def _all_known(dims: Optional[list]) -> bool:
+    return dims is not None and all(map(_known, dims))
+
+
 def _generated(d) -> bool:
     return isinstance(d, str) and d.startswith(_GENERATED)
 
@@ -816,8 +820,7 @@ def refine(graph, aliases: Optional[dict] = None) -> int:
     own = {d for v in graph.output for d in (dims_of(v.type) or []) if _is_symbol(d) and d not in inputs}
     every = graphs(graph)
     infos = {v.name: v for g in every for v in g.value_info}
-    if not own and not any(dims_of(v.type) is None or not all(map(_known, dims_of(v.type)))
-                           for v in infos.values() if v.type.HasField("tensor_type")):
+    if not own and all(_all_known(dims_of(v.type)) for v in infos.values() if v.type.HasField("tensor_type")):
         return 0  # onnx left nothing unknown, no output has a name of its own: the walk could only confirm it
     walk = _Walk(graph)
     refined = walk.run(graph)
