@@ -6,7 +6,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import pyonnxopt
 from pyonnxopt import shapes
-from pyonnxopt.passes import run_passes
+from pyonnxopt.passes import get, run_passes
 
 from helpers import parse, run_pass
 
@@ -19,6 +19,9 @@ def test_intermediate_types_are_recorded_and_outputs_are_not_touched():
     assert m.graph.value("t").type["shape"] == ["N", 8, 3]
     assert m.graph.value("y").type["shape"] == []  # declared rank 0 stays
     assert not r.modified and r.stats["values_typed"] == 1
+    assert r.retyped  # new to the passes after it (the pipeline reruns those)
+    again = get("infer_shapes").run(m)
+    assert again.stats["values_typed"] == 0 and not again.retyped  # idempotent: nothing new the second time
 
 
 def test_inference_sees_dims_of_weights_it_never_reads():

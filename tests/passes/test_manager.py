@@ -154,3 +154,45 @@ def test_an_iteration_that_gives_back_an_earlier_model_ends_the_run():
         assert [n.op_type for n in m.graph.nodes] == ["Relu", "Neg", "Abs"]
     finally:
         unregister(AddIdentity.name)
+
+
+def test_a_pass_with_nothing_new_since_its_last_run_is_skipped(python_passes):
+    register(AfterFusions())
+    try:
+        _, report = run_passes(MODEL, passes=["eliminate_dead_code", "test_count_nodes", "test_after_fusions"])
+        # 1: dead code goes, the count sees it, test_after_fusions waits; 2: dead
+        # code looks again (its own change), the count has seen every change: skipped
+        assert [(r.name, r.iteration) for r in report.runs] == [
+            ("eliminate_dead_code", 1), ("test_count_nodes", 1), ("eliminate_dead_code", 2),
+            ("test_after_fusions", 2)]
+        assert report.converged
+    finally:
+        unregister(AfterFusions.name)
+
+
+class Retype(Pass):
+    """States a value's type on its first run (modified=False, retyped=True)."""
+
+    name = "test_retype"
+    description = "types a value once"
+
+    def __init__(self, idempotent: bool):
+        self.idempotent = idempotent
+        self.runs = 0
+
+    def run(self, model, options):
+        self.runs += 1
+        return PassResult(False, {}, retyped=self.runs == 1)
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_retyped_model_is_new_to_the_passes_after(python_passes, idempotent):
+    register(Retype(idempotent))
+    try:
+        _, report = run_passes(MODEL, passes=["eliminate_dead_code", "test_count_nodes", "test_retype"])
+        # 2: the count runs again, since the types changed after its turn;
+        # an idempotent pass does not, after its own change
+        assert [r.name for r in report.runs if r.iteration == 2] == [
+            "eliminate_dead_code", "test_count_nodes", *([] if idempotent else ["test_retype"])]
+    finally:
+        unregister(Retype.name)
