@@ -7,7 +7,13 @@ from __future__ import annotations
 
 def bodies(node) -> list:
     """The subgraphs a NodeProto holds, in attribute order."""
-    return [b for a in node.attribute for b in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+    out = []
+    for a in node.attribute:  # called for every node, several times per inference: no lists made per attribute
+        if a.HasField("g"):
+            out.append(a.g)
+        if a.graphs:
+            out.extend(a.graphs)
+    return out
 
 
 def graphs(graph) -> list:
