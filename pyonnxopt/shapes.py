@@ -66,20 +66,23 @@ def _names_more(type_proto, t: dict) -> bool:
     return all(a >= b for a, b in pairs) and any(a > b for a, b in pairs)
 
 
-def _renamed(old, new, aliases: Mapping) -> bool:
+def _renamed(old, new, aliases: Mapping, joined: bool = True) -> bool:
     """Whether the inferred dim `new` names the value's dim `old` better: a
-    generated name for a generated one (`_link_generated` joined the two to
-    a group), or any name for an output's own (symbolic_shapes' rule 8)."""
+    generated name for a generated one where the names were `joined`
+    (`_link_generated` joined the two to a group: the main graph's; a
+    subgraph's are numbered afresh by each inference and keep their old
+    ones, so that inferring again renames nothing), or any name for an
+    output's own (symbolic_shapes' rule 8)."""
     return isinstance(old, str) and old != new and (
-        old in aliases or (_generated(old) >= 0 and isinstance(new, str) and _generated(new) >= 0))
+        old in aliases or (joined and _generated(old) >= 0 and isinstance(new, str) and _generated(new) >= 0))
 
 
-def _renames(type_proto, t: dict, aliases: Mapping) -> bool:
+def _renames(type_proto, t: dict, aliases: Mapping, joined: bool) -> bool:
     """Same rank as the value's type `t`, and some dim `_renamed`."""
     if t.get("kind") != "tensor" or t.get("shape") is None or not type_proto.HasField("tensor_type"):
         return False
     dims = type_proto.tensor_type.shape.dim
-    return len(dims) == len(t["shape"]) and any(_renamed(old, d.dim_param, aliases)
+    return len(dims) == len(t["shape"]) and any(_renamed(old, d.dim_param, aliases, joined)
                                                 for d, old in zip(dims, t["shape"]))
 
 
@@ -312,7 +315,7 @@ def _all_dims(graph):
                 yield from vi.type.tensor_type.shape.dim
 
 
-def _merged(type_proto, t: dict, aliases: Mapping, computed: bool = False) -> None:
+def _merged(type_proto, t: dict, aliases: Mapping, joined: bool, computed: bool = False) -> None:
     """Where the inferred type says less of a dim than the value's type `t`
     does, or the same but by another name, the value's dim goes back into
     it, unless the new name is `_renamed`'s better one, or the inference
@@ -325,7 +328,7 @@ def _merged(type_proto, t: dict, aliases: Mapping, computed: bool = False) -> No
         return
     for d, old in zip(dims, t["shape"]):
         new = d.dim_value if d.HasField("dim_value") else d.dim_param
-        if old is None or old == "" or _dim_score(old) < _dim_score(new) or _renamed(old, new, aliases):
+        if old is None or old == "" or _dim_score(old) < _dim_score(new) or _renamed(old, new, aliases, joined):
             continue
         if computed and _dim_score(new) == _dim_score(old) == 2:
             continue
@@ -341,9 +344,10 @@ def _same_rank(type_proto, shape: Optional[list]) -> bool:
     return inferred is not None and (shape is None or len(shape) == len(inferred))
 
 
-def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bool = False) -> int:
+def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bool = False, main: bool = True) -> int:
     """Writes the inferred types of `pg` (the copy) into `g`; `branch`: g is
-    an If branch, whose outputs take the shapes it computes."""
+    an If branch, whose outputs take the shapes it computes; `main`: g is
+    the main graph, whose generated names `_link_generated` joined."""
     typed = 0
     entries = list(pg.value_info) + (list(pg.output) if update_outputs or branch else [])
     for vi in entries:
@@ -356,8 +360,8 @@ def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bo
         before = t.get("shape")
         # a branch output the branch computes, whose inferred shape has the declared rank
         computed = branch and v.is_graph_output and v.producer is not None and _same_rank(vi.type, before)
-        _merged(vi.type, t, aliases, computed)
-        if _known_dims(vi.type) > _known_dims_of(t) or _names_more(vi.type, t) or _renames(vi.type, t, aliases) \
+        _merged(vi.type, t, aliases, main, computed)
+        if _known_dims(vi.type) > _known_dims_of(t) or _names_more(vi.type, t) or _renames(vi.type, t, aliases, main) \
                 or (computed and symbolic_shapes.dims_of(vi.type) != before):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1
@@ -375,7 +379,7 @@ def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bo
             pairs = [(a.g, ours)] if a.HasField("g") else zip(a.graphs, ours if isinstance(ours, list) else [])
             for pbody, body in pairs:
                 if isinstance(body, Graph):
-                    typed += _write_back(pbody, body, False, {}, branch=n.op_type == "If" and not n.domain)
+                    typed += _write_back(pbody, body, False, {}, branch=n.op_type == "If" and not n.domain, main=False)
     return typed
 
 

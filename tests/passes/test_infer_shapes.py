@@ -82,3 +82,27 @@ def test_an_if_branch_output_takes_the_shape_it_computes():
     assert other.outputs[0].type["shape"] == ["B", "S", 8]
     assert then.outputs[0].type["shape"] == ["B", "P + S", 8]  # what it computes has no better name
     assert m.graph.outputs[0].type["shape"] == ["B", "P + S", 8]
+
+
+def test_a_branch_keeps_the_names_of_its_unknown_dims_when_inferred_again():
+    """onnx names unknown dims afresh on each run; where a branch reads an
+    outer value with one, the names the branch has stay (they were renamed
+    on every run, so inference never settled)."""
+    cast = helper.make_node("Cast", ["idx"], ["f"], to=TensorProto.FLOAT)
+    branch = helper.make_graph([cast], "b", [], [helper.make_tensor_value_info("f", TensorProto.FLOAT, None)])
+    then = helper.make_graph([helper.make_node("Neg", ["idx"], ["g"])], "t", [],
+                             [helper.make_tensor_value_info("g", TensorProto.INT64, None)])
+    nodes = [helper.make_node("NonZero", ["x"], ["idx"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=branch)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                       helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = pyonnxopt.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    first = get("infer_shapes").run(m)
+    body = m.graph.nodes[1].attributes["else_branch"]
+    dims = body.value("f").type["shape"]
+    assert dims[0] == 1 and str(dims[1]).startswith("unk__") and first.retyped
+    get("infer_shapes").run(m)  # the outer value's dim joins the name the branches gave it
+    assert body.value("f").type["shape"] == dims == m.graph.value("idx").type["shape"]
+    third = get("infer_shapes").run(m)
+    assert body.value("f").type["shape"] == dims and third.stats["values_typed"] == 0 and not third.retyped
