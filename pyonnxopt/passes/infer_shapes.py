@@ -13,7 +13,10 @@ class InferShapes(Pass):
     name = "infer_shapes"
     description = "infer types and shapes (onnx's inference on a weightless copy) and record them as value_info"
 
-    idempotent = True  # what it writes, it reads back the same: the second run types nothing
+    # A second run straight after its own finds what the first wrote; at
+    # most it joins unknown dims named apart under one name, which the
+    # pipeline does not spend a run on.
+    idempotent = True
 
     def run(self, model: Model, options: PassOptions = PassOptions()) -> PassResult:
         aliases = model.dim_aliases
