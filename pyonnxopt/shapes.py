@@ -250,14 +250,18 @@ def _forget_generated(graph) -> tuple:
 
 
 def _rename_generated(graph, kept: tuple) -> None:
-    """onnx names what it could not work out unk__0, unk__1, ... afresh: in
-    the main graph's value_info, each name it made now becomes one above
-    every N the model had, so that it never reads as a dim the model already
-    gave that name (a false equality)."""
+    """onnx names what it could not work out unk__0, unk__1, ... afresh,
+    avoiding only the names left in the copy: each name it made now becomes
+    one above every N the model had, so that it never reads as a dim the
+    model already gave that name (a false equality), in the main graph's
+    value_info (whose old names the copy had forgotten) and in subgraphs
+    alike (a branch's dim from an outer value keeps its link to it)."""
     still, largest = kept
     made = {}
     top = max([largest, *(_generated(d.dim_param) for d in _all_dims(graph))])
-    for vi in graph.value_info:
+    for vi in (vi for g in graphs(graph) for vi in [*g.value_info, *g.output]):
+        if not vi.type.HasField("tensor_type"):
+            continue
         for d in vi.type.tensor_type.shape.dim:
             if _generated(d.dim_param) >= 0 and d.dim_param not in still:
                 if d.dim_param not in made:

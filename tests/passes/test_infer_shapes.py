@@ -106,3 +106,29 @@ def test_a_branch_keeps_the_names_of_its_unknown_dims_when_inferred_again():
     assert body.value("f").type["shape"] == dims == m.graph.value("idx").type["shape"]
     third = get("infer_shapes").run(m)
     assert body.value("f").type["shape"] == dims and third.stats["values_typed"] == 0 and not third.retyped
+
+
+def test_a_branch_never_takes_a_name_the_main_graph_has_for_another_dim():
+    """The copy forgets the main graph's generated names, so onnx may give a
+    branch's unknown dim one of them afresh: `idx` (NonZero of y, up to 5)
+    read unk__0 like `a2` (NonZero of x, up to 4), a false equality. Fresh
+    names in branches are renumbered above the model's, as the main graph's are."""
+    branch = helper.make_graph([helper.make_node("NonZero", ["y"], ["idx"]),
+                                helper.make_node("Cast", ["idx"], ["f"], to=TensorProto.FLOAT)], "b", [],
+                               [helper.make_tensor_value_info("f", TensorProto.FLOAT, None)])
+    then = helper.make_graph([helper.make_node("Cast", ["y"], ["g"], to=TensorProto.FLOAT)], "t", [],
+                             [helper.make_tensor_value_info("g", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=branch),
+             helper.make_node("NonZero", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["a2"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                       helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                                       helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("a2", TensorProto.INT64, None)],
+                          value_info=[helper.make_tensor_value_info("a", TensorProto.INT64, [1, "unk__0"])])
+    m = pyonnxopt.load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    get("infer_shapes").run(m)
+    body = m.graph.nodes[0].attributes["else_branch"]
+    main_dim = m.graph.value("a").type["shape"][1]
+    branch_dim = body.value("idx").type["shape"][1]
+    assert main_dim == "unk__0" and str(branch_dim).startswith("unk__") and branch_dim != main_dim
