@@ -124,9 +124,10 @@ def model_dir(tmp_path):
     return d
 
 
-def run_isolated(code: str, timeout: float = 10) -> subprocess.CompletedProcess:
+def run_isolated(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter, so a hang or a crash fails the
-    test instead of the test run."""
+    test instead of the test run. The limit leaves room for the interpreter's
+    start and imports on 2 busy cores (3-4 s beside one other job)."""
     try:
         return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
