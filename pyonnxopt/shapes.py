@@ -66,23 +66,20 @@ def _names_more(type_proto, t: dict) -> bool:
     return all(a >= b for a, b in pairs) and any(a > b for a, b in pairs)
 
 
-def _renamed(old, new, aliases: Mapping, joined: bool = True) -> bool:
+def _renamed(old, new, aliases: Mapping) -> bool:
     """Whether the inferred dim `new` names the value's dim `old` better: a
-    generated name for a generated one where the names were `joined`
-    (`_link_generated` joined the two to a group: the main graph's; a
-    subgraph's are numbered afresh by each inference and keep their old
-    ones, so that inferring again renames nothing), or any name for an
-    output's own (symbolic_shapes' rule 8)."""
+    generated name for a generated one (`_link_generated` joined the two to
+    a group), or any name for an output's own (symbolic_shapes' rule 8)."""
     return isinstance(old, str) and old != new and (
-        old in aliases or (joined and _generated(old) >= 0 and isinstance(new, str) and _generated(new) >= 0))
+        old in aliases or (_generated(old) >= 0 and isinstance(new, str) and _generated(new) >= 0))
 
 
-def _renames(type_proto, t: dict, aliases: Mapping, joined: bool) -> bool:
+def _renames(type_proto, t: dict, aliases: Mapping) -> bool:
     """Same rank as the value's type `t`, and some dim `_renamed`."""
     if t.get("kind") != "tensor" or t.get("shape") is None or not type_proto.HasField("tensor_type"):
         return False
     dims = type_proto.tensor_type.shape.dim
-    return len(dims) == len(t["shape"]) and any(_renamed(old, d.dim_param, aliases, joined)
+    return len(dims) == len(t["shape"]) and any(_renamed(old, d.dim_param, aliases)
                                                 for d, old in zip(dims, t["shape"]))
 
 
@@ -245,7 +242,7 @@ def _forget_generated(graph) -> tuple:
             if _generated(d.dim_param) >= 0:
                 largest = max(largest, _generated(d.dim_param))
                 d.ClearField("dim_param")
-    still = {d.dim_param for d in _all_dims(graph) if _generated(d.dim_param) >= 0}
+    still = {d.dim_param for d in _all_dims(graphs(graph)) if _generated(d.dim_param) >= 0}
     return still, max([largest, *(_generated(n) for n in still)])
 
 
@@ -258,8 +255,9 @@ def _rename_generated(graph, kept: tuple) -> None:
     alike (a branch's dim from an outer value keeps its link to it)."""
     still, largest = kept
     made = {}
-    top = max([largest, *(_generated(d.dim_param) for d in _all_dims(graph))])
-    for vi in (vi for g in graphs(graph) for vi in [*g.value_info, *g.output]):
+    every = graphs(graph)
+    top = max([largest, *(_generated(d.dim_param) for d in _all_dims(every))])
+    for vi in (vi for g in every for vi in [*g.value_info, *g.output]):
         if not vi.type.HasField("tensor_type"):
             continue
         for d in vi.type.tensor_type.shape.dim:
@@ -279,7 +277,8 @@ def _link_generated(pg, g: Graph, still: set) -> None:
     unknown then). Every dim of a group then takes one name: one on a
     graph input or output if the group has one (those keep theirs), else
     the smallest old one, else the new one. A group of one old and one new
-    name keeps the old, so inferring again renames nothing."""
+    name keeps the old, so inferring again renames nothing. Subgraphs'
+    values alike: onnx names their unknown dims afresh on every run too."""
     parent: dict = {}
 
     def find(x: str) -> str:
@@ -291,35 +290,64 @@ def _link_generated(pg, g: Graph, still: set) -> None:
     def rank(name: str) -> tuple:  # the new names are numbered above the old ones
         return (name not in still, _generated(name))
 
-    pairs = []
-    for vi in pg.value_info:
-        v = g.value(vi.name)
-        if v is None or v.graph != g or v.type.get("kind") != "tensor" or v.type.get("shape") is None:
-            continue
-        dims = vi.type.tensor_type.shape.dim
-        if len(dims) != len(v.type["shape"]):
-            continue
-        pairs += [(d, old) for d, old in zip(dims, v.type["shape"])
-                  if _generated(d.dim_param) >= 0 and isinstance(old, str) and _generated(old) >= 0]
+    pairs, entries = [], []
+    for pgraph, graph in _graph_pairs(pg, g):
+        entries += [*pgraph.value_info, *pgraph.output]
+        for vi in [*pgraph.value_info, *pgraph.output]:
+            v = graph.value(vi.name)
+            t = v.type if v is not None and v.graph == graph else {}
+            if t.get("kind") != "tensor" or t.get("shape") is None:
+                continue
+            dims = vi.type.tensor_type.shape.dim
+            if len(dims) != len(t["shape"]):
+                continue
+            pairs += [(d, old) for d, old in zip(dims, t["shape"])
+                      if _generated(d.dim_param) >= 0 and isinstance(old, str) and _generated(old) >= 0]
     for d, old in pairs:
         a, b = find(d.dim_param), find(old)
         if a != b:
             parent[max(a, b, key=rank)] = min(a, b, key=rank)
-    for vi in pg.value_info:
+    for vi in entries:
         for d in vi.type.tensor_type.shape.dim:
             if d.dim_param in parent:
                 d.dim_param = find(d.dim_param)
 
 
-def _all_dims(graph):
-    """Every dim of the graph's and its subgraphs' inputs, outputs and value_info."""
-    for g in graphs(graph):
+def _bodies_of(pg, g: Graph):
+    """(inferred body, the model's body, the node holding them) for the
+    subgraphs of `g`'s nodes: nodes correspond one to one, in order; bodies
+    by attribute name (an If's two branches often name their values alike,
+    and the IR need not keep the proto's attribute order)."""
+    for pn, n in zip(pg.node, g.nodes):
+        if pn.op_type != n.op_type:
+            break
+        if not n.subgraphs:
+            continue
+        mine = n.attributes
+        for a in pn.attribute:
+            ours = mine.get(a.name)
+            pairs = [(a.g, ours)] if a.HasField("g") else zip(a.graphs, ours if isinstance(ours, list) else [])
+            for pbody, body in pairs:
+                if isinstance(body, Graph):
+                    yield pbody, body, n
+
+
+def _graph_pairs(pg, g: Graph):
+    """(inferred graph, the model's graph): `g` and its subgraphs, nested ones after their holder's."""
+    yield pg, g
+    for pbody, body, _ in _bodies_of(pg, g):
+        yield from _graph_pairs(pbody, body)
+
+
+def _all_dims(every: list):
+    """Every dim of the graphs' (a graph's and its subgraphs', `graphs`) inputs, outputs and value_info."""
+    for g in every:
         for vi in [*g.input, *g.output, *g.value_info]:
             if vi.type.HasField("tensor_type"):
                 yield from vi.type.tensor_type.shape.dim
 
 
-def _merged(type_proto, t: dict, aliases: Mapping, joined: bool, computed: bool = False) -> None:
+def _merged(type_proto, t: dict, aliases: Mapping, computed: bool = False) -> None:
     """Where the inferred type says less of a dim than the value's type `t`
     does, or the same but by another name, the value's dim goes back into
     it, unless the new name is `_renamed`'s better one, or the inference
@@ -332,7 +360,7 @@ def _merged(type_proto, t: dict, aliases: Mapping, joined: bool, computed: bool 
         return
     for d, old in zip(dims, t["shape"]):
         new = d.dim_value if d.HasField("dim_value") else d.dim_param
-        if old is None or old == "" or _dim_score(old) < _dim_score(new) or _renamed(old, new, aliases, joined):
+        if old is None or old == "" or _dim_score(old) < _dim_score(new) or _renamed(old, new, aliases):
             continue
         if computed and _dim_score(new) == _dim_score(old) == 2:
             continue
@@ -348,10 +376,9 @@ def _same_rank(type_proto, shape: Optional[list]) -> bool:
     return inferred is not None and (shape is None or len(shape) == len(inferred))
 
 
-def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bool = False, main: bool = True) -> int:
+def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bool = False) -> int:
     """Writes the inferred types of `pg` (the copy) into `g`; `branch`: g is
-    an If branch, whose outputs take the shapes it computes; `main`: g is
-    the main graph, whose generated names `_link_generated` joined."""
+    an If branch, whose outputs take the shapes it computes."""
     typed = 0
     entries = list(pg.value_info) + (list(pg.output) if update_outputs or branch else [])
     for vi in entries:
@@ -364,26 +391,13 @@ def _write_back(pg, g: Graph, update_outputs: bool, aliases: Mapping, branch: bo
         before = t.get("shape")
         # a branch output the branch computes, whose inferred shape has the declared rank
         computed = branch and v.is_graph_output and v.producer is not None and _same_rank(vi.type, before)
-        _merged(vi.type, t, aliases, main, computed)
-        if _known_dims(vi.type) > _known_dims_of(t) or _names_more(vi.type, t) or _renames(vi.type, t, aliases, main) \
+        _merged(vi.type, t, aliases, computed)
+        if _known_dims(vi.type) > _known_dims_of(t) or _names_more(vi.type, t) or _renames(vi.type, t, aliases) \
                 or (computed and symbolic_shapes.dims_of(vi.type) != before):
             g.set_value_type(v, vi.type.SerializeToString())
             typed += 1
-    # Subgraphs: nodes correspond one to one, in order; bodies by attribute
-    # name (an If's two branches often name their values alike, and the IR
-    # need not keep the proto's attribute order).
-    for pn, n in zip(pg.node, g.nodes):
-        if pn.op_type != n.op_type:
-            break
-        if not n.subgraphs:
-            continue
-        mine = n.attributes
-        for a in pn.attribute:
-            ours = mine.get(a.name)
-            pairs = [(a.g, ours)] if a.HasField("g") else zip(a.graphs, ours if isinstance(ours, list) else [])
-            for pbody, body in pairs:
-                if isinstance(body, Graph):
-                    typed += _write_back(pbody, body, False, {}, branch=n.op_type == "If" and not n.domain, main=False)
+    for pbody, body, n in _bodies_of(pg, g):
+        typed += _write_back(pbody, body, False, {}, branch=n.op_type == "If" and not n.domain)
     return typed
 
 
