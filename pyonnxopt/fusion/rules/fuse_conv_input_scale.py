@@ -121,7 +121,9 @@ def _scale_and_shift(m: Match, channels: int) -> tuple:
         return s, beta - mean * s
     k = channel_vector(m.array("k"), channels)
     op = m["affine"].op_type
-    return {"Mul": (k, None), "Div": (1.0 / k, None), "Add": (None, k), "Sub": (None, -k)}[op]
+    if op in ("Mul", "Div"):  # (a Mul's k may hold a 0; a Div's may not)
+        return (k if op == "Mul" else 1.0 / k), None
+    return None, (k if op == "Add" else -k)
 
 
 def _ends_gelu(x) -> bool:

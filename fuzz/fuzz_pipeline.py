@@ -1,0 +1,145 @@
+"""Differential fuzzing of the whole pipeline on random graphs
+(fuzz/random_graphs.py): each seed's model is optimized as the CLI would
+(`--target onnx`, `--opset 23`, `--target ort`, the check off) and both
+models are run in onnxruntime, its own optimizations off. A finding is
+an exception from `optimize`, a result that onnx's checker or onnxruntime
+refuses, or an output whose name, type, shape or values differ.
+
+    python fuzz/fuzz_pipeline.py --seeds 0:2000 --save /tmp/findings
+    python fuzz/fuzz_pipeline.py --seeds 1234 --variants opset23 -v   # one seed again
+
+Exits non-zero when there is a finding. A seed whose own model onnxruntime
+refuses is counted as "invalid" (a generator limit, not a finding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import pyonnxopt  # noqa: E402
+from pyonnxopt.check import session  # noqa: E402
+from random_graphs import random_model  # noqa: E402
+
+VARIANTS = {"default": {}, "opset23": {"opset": 23}, "ort": {"target": "ort"}}
+
+
+def run(model: onnx.ModelProto, feeds: dict) -> dict:
+    s = session(model.SerializeToString())
+    names = [o.name for o in s.get_outputs()]
+    return dict(zip(names, s.run(None, feeds)))
+
+
+def differences(want: dict, have: dict, original: onnx.ModelProto, optimized: onnx.ModelProto) -> list:
+    """What differs between two runs' outputs, as lines; empty if nothing."""
+    found = []
+    def typed(m):
+        return [(o.name, o.type.tensor_type.elem_type) for o in m.graph.output]
+
+    if typed(optimized) != typed(original):
+        found.append(f"outputs {typed(original)} became {typed(optimized)}")
+    for name, w in want.items():
+        h = have.get(name)
+        if h is None:
+            continue
+        if h.dtype != w.dtype or h.shape != w.shape:
+            found.append(f"{name}: {w.dtype}{list(w.shape)} became {h.dtype}{list(h.shape)}")
+        elif not close(h, w):
+            diff = np.abs(h.astype(np.float64) - w.astype(np.float64))
+            found.append(f"{name}: max abs diff {np.nanmax(diff) if diff.size else 0:.3g}")
+    return found
+
+
+def close(have: np.ndarray, want: np.ndarray) -> bool:
+    """Equal NaNs and infinities; finite values within float32 reassociation."""
+    if have.dtype.kind != "f":
+        return np.array_equal(have, want)
+    finite = np.isfinite(want)
+    if not np.array_equal(np.isnan(have), np.isnan(want)) or not np.array_equal(have[~finite & ~np.isnan(want)],
+                                                                                 want[~finite & ~np.isnan(want)]):
+        return False
+    scale = max(1.0, float(np.abs(want[finite]).max())) if finite.any() else 1.0
+    return bool(np.allclose(have[finite], want[finite], rtol=1e-3, atol=1e-3 * scale))
+
+
+def check_seed(seed: int, variants, verbose: bool = False, save: str | None = None) -> tuple:
+    """(status, lines): status is "ok", "invalid" or "finding"."""
+    model, feeds = random_model(seed)
+    try:
+        onnx.checker.check_model(model)
+        want = run(model, feeds)
+    except Exception as e:  # the generator's limit: onnxruntime refuses its own model
+        return "invalid", [f"seed {seed}: invalid model: {str(e).splitlines()[0][:200]}"]
+    full_check = checks_fully(model)
+    lines = []
+    for variant in variants:
+        try:
+            optimized, _ = pyonnxopt.optimize(model, check_outputs=False, **VARIANTS[variant])
+            proto = optimized.to_onnx()
+            onnx.checker.check_model(proto, full_check=full_check)
+            problems = differences(want, run(proto, feeds), model, proto)
+        except Exception as e:
+            proto = None
+            problems = [f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"]
+            if verbose:
+                traceback.print_exc()
+        if problems:
+            lines += [f"seed {seed} {variant}: {p}" for p in problems]
+            if save:
+                os.makedirs(save, exist_ok=True)
+                onnx.save(model, os.path.join(save, f"seed{seed}.onnx"))
+                if proto is not None:
+                    onnx.save(proto, os.path.join(save, f"seed{seed}_{variant}.onnx"))
+    return ("finding" if lines else "ok"), lines
+
+
+def checks_fully(model: onnx.ModelProto) -> bool:
+    """Whether onnx's full check (with its strict shape inference) takes the
+    model: it refuses an output without a shape, which onnxruntime runs."""
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        return True
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+        return False
+
+
+def parse_seeds(text: str) -> range:
+    if ":" in text:
+        a, b = text.split(":")
+        return range(int(a), int(b))
+    return range(int(text), int(text) + 1)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="0:200", help="A:B (B excluded) or one seed")
+    ap.add_argument("--variants", default="default,opset23,ort", help="comma-separated: " + ", ".join(VARIANTS))
+    ap.add_argument("--save", help="folder for the models of each finding")
+    ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks, and the invalid seeds' reasons")
+    args = ap.parse_args(argv)
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        ap.error(f"--variants: unknown {', '.join(unknown)} (choose from {', '.join(VARIANTS)})")
+    counts = {"ok": 0, "invalid": 0, "finding": 0}
+    start = time.time()
+    for seed in parse_seeds(args.seeds):
+        status, lines = check_seed(seed, variants, args.verbose, args.save)
+        counts[status] += 1
+        for line in lines if status == "finding" or args.verbose else []:
+            print(line, flush=True)
+    print(f"{sum(counts.values())} seeds in {time.time() - start:.0f} s: {counts['ok']} ok, "
+          f"{counts['finding']} with findings, {counts['invalid']} invalid")
+    return 1 if counts["finding"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

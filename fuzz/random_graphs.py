@@ -1,0 +1,742 @@
+"""Random well-formed ONNX graphs, for testing the whole pipeline against
+onnxruntime (fuzz/fuzz_pipeline.py, tests/test_random_graphs.py).
+
+A graph grows one op at a time from one to three float inputs. Each op's
+output shape is worked out with numpy on empty arrays, so every graph is
+valid and runs. Besides single ops (elementwise with constants of every
+broadcastable shape, layout ops, reductions, MatMul, casts) it grows the
+motifs the rules look for, written as exporters write them, on random
+shapes and with random extra readers of their intermediates: Conv with
+BatchNormalization and activations, Pad before a Conv or pool, MatMul and
+bias, LayerNorm, RMSNorm and GELU decompositions, attention blocks, shape
+arithmetic feeding a Reshape. Constants are 0, 1 and other values the
+identities look for about a third of the time, and sometimes a value close
+to them (which must not be taken for them).
+
+`random_model(seed)` returns (onnx.ModelProto, feeds): the same seed gives
+the same model on every machine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSETS = (13, 15, 17, 18, 21)
+SPECIAL = (0.0, 1.0, -1.0, 2.0, 0.5, 1.0000001)
+MAX_ELEMENTS = 4096
+
+
+class Builder:
+    def __init__(self, rng: np.random.Generator, opset: int):
+        self.rng = rng
+        self.opset = opset
+        self.nodes: list = []
+        self.initializers: list = []
+        self.inputs: list = []
+        self.feeds: dict = {}
+        self.shapes: dict = {}  # float values only: name -> shape
+        self.order: list = []  # float values, oldest first
+        self.count = 0
+
+    # ---- names, constants, nodes ----
+
+    def name(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def const(self, array, prefix: str = "c") -> str:
+        name = self.name(prefix)
+        array = np.asarray(array)
+        if self.rng.random() < 0.15:  # exporters write both forms
+            self.nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, name)))
+        else:
+            self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def ints(self, values) -> str:
+        return self.const(np.array(values, np.int64), "i")
+
+    def node(self, op: str, inputs: list, shapes, domain: str = "", **attrs):
+        """Adds a node; `shapes` are its float outputs' shapes (None for a
+        non-float output). Returns the output names."""
+        shapes = shapes if isinstance(shapes, list) else [shapes]
+        outputs = [self.name(op.lower()[:6] + "_") for _ in shapes]
+        self.nodes.append(helper.make_node(op, inputs, outputs, name=self.name("n"), domain=domain, **attrs))
+        for out, shape in zip(outputs, shapes):
+            if shape is not None:
+                self.shapes[out] = tuple(int(d) for d in shape)
+                if self.shapes[out]:  # a scalar stays unread (most ops here want an axis)
+                    self.order.append(out)
+        return outputs if len(outputs) > 1 else outputs[0]
+
+    def add_input(self, shape) -> str:
+        name = f"x{len(self.inputs)}"
+        dims = [f"d{d}" if self.rng.random() < 0.3 else d for d in shape]  # equal sizes share a name
+        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
+        feed = self.rng.standard_normal(shape).astype(np.float32)
+        if self.chance(0.1):  # x * 0 is not 0 for these, nor x - x
+            feed.flat[self.rng.integers(feed.size, size=2)] = self.rng.choice([np.nan, np.inf, -np.inf], 2)
+        self.feeds[name] = feed
+        self.shapes[name] = tuple(shape)
+        self.order.append(name)
+        return name
+
+    # ---- random choices ----
+
+    def chance(self, p: float) -> bool:
+        return bool(self.rng.random() < p)
+
+    def pick(self, where=None) -> str | None:
+        """A float value, the recent ones likelier; `where(shape)` filters."""
+        names = [n for n in self.order if where is None or where(self.shapes[n])]
+        if not names:
+            return None
+        if self.chance(0.6):
+            names = names[-4:]
+        return names[int(self.rng.integers(len(names)))]
+
+    def value(self, shape, special: bool = True, positive: bool = False) -> np.ndarray:
+        if special and self.chance(0.35):
+            v = np.full(shape, self.rng.choice(SPECIAL), np.float32)
+        else:
+            v = self.rng.standard_normal(shape).astype(np.float32)
+        return np.abs(v) + 0.5 if positive else v
+
+    def broadcastable(self, shape, widen: bool = True) -> tuple:
+        """A shape that broadcasts to `shape` (rarely one that widens it)."""
+        rank = int(self.rng.integers(0, len(shape) + 1))
+        dims = [d if self.chance(0.6) else 1 for d in shape[len(shape) - rank:]]
+        if widen and self.chance(0.05) and rank == len(shape) < 4:
+            dims = [2] + dims
+        return tuple(dims)
+
+    def axis(self, rank: int) -> int:
+        a = int(self.rng.integers(rank))
+        return a - rank if self.chance(0.3) else a
+
+    def axes_input(self, axes, since: int):
+        """axes as an input from `since`, an attribute before: (inputs, attrs)."""
+        if self.opset >= since:
+            return [self.ints(axes)], {}
+        return [], {"axes": list(axes)}
+
+    def unsqueeze0(self, x: str, shape):
+        inputs, attrs = self.axes_input([0], 13)
+        return self.node("Unsqueeze", [x] + inputs, shape, **attrs)
+
+    # ---- ops ----
+
+    def unary(self):
+        x = self.pick()
+        op = self.rng.choice(["Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Identity", "Erf", "LeakyRelu", "Softplus",
+                              "HardSigmoid", "Sqrt", "Exp", "Reciprocal"])
+        shape = self.shapes[x]
+        if op in ("Sqrt", "Reciprocal"):  # of a positive value
+            x = self.node("Add", [self.node("Abs", [x], shape), self.const(np.float32(0.5))], shape)
+        if op == "Exp":
+            x = self.node("Tanh", [x], shape)
+        attrs = {"alpha": float(self.rng.choice([0.01, 0.2]))} if op == "LeakyRelu" else {}
+        self.node(op, [x], shape, **attrs)
+
+    def binary_const(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        op = self.rng.choice(["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"])
+        cshape = self.broadcastable(shape)
+        c = self.value(cshape, positive=op == "Div")
+        if op == "Pow":
+            c = np.full(cshape, self.rng.choice([1.0, 2.0, 3.0]), np.float32)
+        operands = [x, self.const(c)]
+        if op != "Pow" and self.chance(0.3):
+            operands.reverse()
+            if op == "Div":  # a value that is never 0 below
+                operands[1] = self.node("Add", [self.node("Abs", [x], shape), self.const(np.float32(0.5))], shape)
+        self.node(op, operands, np.broadcast_shapes(shape, cshape))
+
+    def binary_values(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        y = self.pick(lambda s: _broadcasts(s, shape))
+        op = self.rng.choice(["Add", "Sub", "Mul", "Max", "Min"])
+        out = np.broadcast_shapes(self.shapes[x], self.shapes[y])
+        if math.prod(out) <= MAX_ELEMENTS:
+            self.node(op, [x, y] if self.chance(0.5) else [y, x], out)
+
+    def transpose(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        perm = [int(p) for p in self.rng.permutation(len(shape))]
+        attrs = {} if self.chance(0.1) else {"perm": perm}
+        perm = perm if attrs else list(reversed(range(len(shape))))
+        y = self.node("Transpose", [x], tuple(shape[p] for p in perm), **attrs)
+        if self.chance(0.4):
+            self.inverse_transpose(y, perm)
+
+    def inverse_transpose(self, y: str, perm: list):
+        """One to three ops that a transpose passes through, then its
+        inverse: the layout flips that optimize_transposes cancels."""
+        rank = len(perm)
+        for _ in range(int(self.rng.integers(1, 4))):
+            shape = self.shapes[y]
+            kind = int(self.rng.integers(6))
+            if kind == 0:
+                y = self.node(str(self.rng.choice(["Relu", "Neg", "Sigmoid", "Abs"])), [y], shape)
+            elif kind == 1:
+                cshape = self.broadcastable(shape, widen=False)
+                y = self.node(str(self.rng.choice(["Add", "Mul", "Sub"])), [y, self.const(self.value(cshape))], shape)
+            elif kind == 2:
+                axis = self.axis(rank)
+                other = list(shape)
+                other[axis] = 2
+                out = list(shape)
+                out[axis] += 2
+                y = self.node("Concat", [y, self.const(self.value(tuple(other)))], tuple(out), axis=axis)
+            elif kind == 3:
+                axes = sorted(int(a) for a in self.rng.permutation(rank)[:int(self.rng.integers(1, rank + 1))])
+                inputs, attrs = self.axes_input(axes, 13)
+                y = self.node("ReduceSum", [y] + inputs, tuple(1 if i in axes else d for i, d in enumerate(shape)),
+                              keepdims=1, **attrs)
+            elif kind == 4:
+                axis = int(self.rng.integers(rank))
+                if shape[axis] < 2:
+                    continue
+                out = list(shape)
+                out[axis] -= 1
+                y = self.node("Slice", [y, self.ints([1]), self.ints([shape[axis]]), self.ints([axis])], tuple(out))
+            else:
+                pads = [int(p) for p in self.rng.integers(0, 2, 2 * rank)]
+                out = tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(shape))
+                y = self.node("Pad", [y, self.ints(pads)], out)
+        inverse = [int(i) for i in np.argsort(perm)]
+        self.node("Transpose", [y], tuple(self.shapes[y][p] for p in inverse), perm=inverse)
+
+    def reshape(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        target = _factor(self.rng, math.prod(shape), int(self.rng.integers(1, 5)))
+        tokens = list(target)
+        for i, d in enumerate(tokens):
+            if i < len(shape) and shape[i] == d and self.chance(0.3):
+                tokens[i] = 0
+        if self.chance(0.3):
+            tokens[int(self.rng.integers(len(tokens)))] = -1
+        self.node("Reshape", [x, self.ints(tokens)], target)
+
+    def flatten(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        axis = int(self.rng.integers(0, len(shape) + 1))
+        self.node("Flatten", [x], (math.prod(shape[:axis]), math.prod(shape[axis:])), axis=axis)
+
+    def unsqueeze(self):
+        x = self.pick(lambda s: len(s) < 5)
+        shape = list(self.shapes[x])
+        n = int(self.rng.integers(1, 3))
+        rank = len(shape) + n
+        axes = sorted(int(a) for a in self.rng.choice(rank, n, replace=False))
+        for a in axes:
+            shape.insert(a, 1)
+        axes = [a - rank if self.chance(0.3) else a for a in axes]
+        inputs, attrs = self.axes_input(axes, 13)
+        self.node("Unsqueeze", [x] + inputs, tuple(shape), **attrs)
+
+    def squeeze(self):
+        x = self.pick(lambda s: 1 in s)
+        if x is None:
+            return
+        shape = self.shapes[x]
+        ones = [i for i, d in enumerate(shape) if d == 1]
+        if self.chance(0.2):
+            self.node("Squeeze", [x], tuple(d for d in shape if d != 1))
+            return
+        axes = sorted(int(a) for a in self.rng.choice(ones, int(self.rng.integers(1, len(ones) + 1)), replace=False))
+        out = tuple(d for i, d in enumerate(shape) if i not in axes)
+        inputs, attrs = self.axes_input([a - len(shape) if self.chance(0.3) else a for a in axes], 13)
+        self.node("Squeeze", [x] + inputs, out, **attrs)
+
+    def expand(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        grown = [d if d != 1 or self.chance(0.5) else int(self.rng.integers(2, 4)) for d in shape]
+        if self.chance(0.3) and len(grown) < 4:
+            grown = [int(self.rng.integers(1, 3))] + grown
+        target = [1 if self.chance(0.2) and i >= len(grown) - len(shape) else d for i, d in enumerate(grown)]
+        out = np.broadcast_shapes(shape, tuple(target))
+        if math.prod(out) <= MAX_ELEMENTS:
+            self.node("Expand", [x, self.ints(target)], out)
+
+    def concat(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        axis = self.axis(len(shape))
+        parts = [x]
+        for _ in range(int(self.rng.integers(1, 3))):
+            other = list(shape)
+            other[axis] = int(self.rng.integers(1, 4))
+            same = self.pick(lambda s: len(s) == len(shape) and all(
+                a == b for i, (a, b) in enumerate(zip(s, shape)) if i != axis % len(shape)))
+            parts.append(same if same is not None and self.chance(0.6) else self.const(self.value(tuple(other))))
+        out = list(shape)
+        out[axis] = sum(self.shape_of(p)[axis] for p in parts)
+        y = self.node("Concat", parts, tuple(out), axis=axis)
+        if self.chance(0.5):  # take a part back out
+            k = int(self.rng.integers(len(parts)))
+            start = sum(self.shape_of(p)[axis] for p in parts[:k])
+            size = self.shape_of(parts[k])[axis]
+            out[axis] = size
+            self.node("Slice", [y, self.ints([start]), self.ints([start + size]), self.ints([axis])], tuple(out))
+
+    def shape_of(self, name: str):
+        if name in self.shapes:
+            return self.shapes[name]
+        for t in self.initializers:
+            if t.name == name:
+                return tuple(t.dims)
+        for n in self.nodes:
+            if n.op_type == "Constant" and n.output[0] == name:
+                return tuple(n.attribute[0].t.dims)
+        raise KeyError(name)
+
+    def split(self):
+        x = self.pick(lambda s: max(s) >= 2)
+        if x is None:
+            return
+        shape = self.shapes[x]
+        axis = int(self.rng.choice([i for i, d in enumerate(shape) if d >= 2]))
+        n = int(self.rng.integers(2, min(shape[axis], 3) + 1))
+        cuts = sorted(int(c) for c in self.rng.choice(np.arange(1, shape[axis]), n - 1, replace=False))
+        sizes = [b - a for a, b in zip([0] + cuts, cuts + [shape[axis]])]
+        outs = [tuple(s if i == axis else d for i, d in enumerate(shape)) for s in sizes]
+        if self.opset >= 13:
+            self.node("Split", [x, self.ints(sizes)], outs, axis=axis)
+        else:
+            self.node("Split", [x], outs, axis=axis, split=sizes)
+
+    def slice(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        k = int(self.rng.integers(1, len(shape) + 1))
+        axes = [int(a) for a in self.rng.permutation(len(shape))[:k]]
+        starts, ends, steps, index = [], [], [], [slice(None)] * len(shape)
+        for a in axes:
+            d = shape[a]
+            step = int(self.rng.choice([1, 1, 1, 2, -1, -2]))
+            lo, hi = (0, d) if step > 0 else (d - 1, -d - 1)
+            start = int(self.rng.integers(0, d)) if self.chance(0.7) else lo
+            end = int(self.rng.integers(-d, d + 1)) if self.chance(0.5) else (hi if self.chance(0.5) else
+                                                                                (2**63 - 1 if step > 0 else -2**63))
+            starts.append(start)
+            ends.append(end)
+            steps.append(step)
+            index[a] = slice(start, None if abs(end) > 2**40 else end, step)
+        out = np.empty(shape)[tuple(index)].shape
+        if 0 in out:
+            return
+        inputs = [x, self.ints(starts), self.ints(ends), self.ints(axes)]
+        if self.chance(0.7) or any(s != 1 for s in steps):
+            inputs.append(self.ints(steps))
+        self.node("Slice", inputs, out)
+
+    def gather(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        axis = self.axis(len(shape))
+        d = shape[axis]
+        ishape = [(), (int(self.rng.integers(1, 4)),), (2, 2)][int(self.rng.integers(3))]
+        indices = self.rng.integers(-d, d, ishape).astype(np.int64)
+        a = axis % len(shape)
+        out = shape[:a] + ishape + shape[a + 1:]
+        if out and math.prod(out) <= MAX_ELEMENTS:
+            self.node("Gather", [x, self.const(indices, "i")], out, axis=axis)
+
+    def reduce(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        op = str(self.rng.choice(["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2"]))
+        k = int(self.rng.integers(1, len(shape) + 1))
+        axes = sorted(int(a) for a in self.rng.permutation(len(shape))[:k])
+        keep = int(self.chance(0.6))
+        out = tuple(1 if i in axes else d for i, d in enumerate(shape)) if keep else \
+            tuple(d for i, d in enumerate(shape) if i not in axes)
+        if not out:
+            return
+        inputs, attrs = self.axes_input([a - len(shape) if self.chance(0.3) else a for a in axes],
+                                        13 if op == "ReduceSum" else 18)
+        self.node(op, [x] + inputs, out, keepdims=keep, **attrs)
+
+    def softmax(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        self.node(str(self.rng.choice(["Softmax", "LogSoftmax"])), [x], shape, axis=self.axis(len(shape)))
+
+    def matmul(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        m = int(self.rng.integers(1, 7))
+        if len(shape) == 1:
+            w = self.const(self.value((shape[0], m), special=False))
+            self.node("MatMul", [x, w], (m,))
+            return
+        other = self.pick(lambda s: len(s) >= 2 and s[-2] == shape[-1] and _broadcasts(s[:-2], shape[:-2]))
+        if other is not None and self.chance(0.4):
+            out = np.broadcast_shapes(shape[:-2], self.shapes[other][:-2]) + (shape[-2], self.shapes[other][-1])
+            if math.prod(out) <= MAX_ELEMENTS:
+                self.node("MatMul", [x, other], out)
+            return
+        wshape = (shape[-1], m) if self.chance(0.8) else self.broadcastable(shape[:-2])[-1:] + (shape[-1], m)
+        out = np.broadcast_shapes(shape[:-2], wshape[:-2]) + (shape[-2], m)
+        y = self.node("MatMul", [x, self.const(self.value(wshape, special=False))], out)
+        if self.chance(0.6):  # its bias
+            b = self.const(self.value((m,) if self.chance(0.7) else self.broadcastable(out)))
+            self.node("Add", [y, b] if self.chance(0.7) else [b, y], np.broadcast_shapes(out, self.shape_of(b)))
+
+    def gemm(self):
+        x = self.pick(lambda s: len(s) == 2)
+        if x is None:
+            return
+        k, n = self.shapes[x][1], self.shapes[x][0]
+        m = int(self.rng.integers(1, 7))
+        trans_a, trans_b = int(self.chance(0.2)), int(self.chance(0.5))
+        if trans_a:
+            x = self.node("Transpose", [x], (k, n))
+        w = self.const(self.value((m, k) if trans_b else (k, m), special=False))
+        inputs = [x, w]
+        if self.chance(0.7):
+            inputs.append(self.const(self.value(self.broadcastable((n, m), widen=False))))
+        attrs = {"alpha": float(self.rng.choice([1.0, 0.5]))} if self.chance(0.3) else {}
+        self.node("Gemm", inputs, (n, m), transA=trans_a, transB=trans_b, **attrs)
+
+    def where(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        cshape = self.broadcastable(shape)
+        cond = self.const(self.rng.random(cshape) < 0.5 if self.chance(0.7) else np.full(cshape, self.chance(0.5)))
+        other = self.pick(lambda s: _broadcasts(s, shape))
+        if other is None or self.chance(0.5):
+            other = self.const(self.value(self.broadcastable(shape)))
+        if not _broadcasts(shape, cshape, self.shape_of(other)):
+            return
+        out = np.broadcast_shapes(shape, cshape, self.shape_of(other))
+        if math.prod(out) <= MAX_ELEMENTS:
+            self.node("Where", [cond, x, other] if self.chance(0.5) else [cond, other, x], out)
+
+    def clip(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        lo, hi = sorted(self.rng.standard_normal(2).astype(np.float32).tolist())
+        if self.chance(0.5):
+            y = self.node("Max", [x, self.const(np.float32(lo))], shape)
+            self.node("Min", [y, self.const(np.float32(hi))], shape)
+        else:
+            bounds = [self.const(np.float32(lo)) if self.chance(0.8) else "", self.const(np.float32(hi))]
+            if self.chance(0.2):
+                bounds = bounds[:1]
+            self.node("Clip", [x] + bounds, shape)
+
+    def cast(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        to = int(self.rng.choice([TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT32, TensorProto.FLOAT]))
+        y = self.node("Cast", [x], None, to=to)
+        self.node("Cast", [y], shape, to=TensorProto.FLOAT)
+
+    def dropout(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        inputs = [x] + ([self.const(np.float32(0.3))] if self.chance(0.5) else [])
+        if self.chance(0.3):
+            y, mask = self.node("Dropout", inputs, [shape, None])
+            self.node("Where", [mask, y, self.const(np.float32(0.0))], shape)
+        else:
+            self.node("Dropout", inputs, shape)
+
+    def dynamic_reshape(self):
+        """Reshape(x, Concat(Shape(x)[:k], [-1])) and similar: shape arithmetic."""
+        x = self.pick(lambda s: len(s) >= 2)
+        if x is None:
+            return
+        shape = self.shapes[x]
+        k = int(self.rng.integers(1, len(shape)))
+        dims = self.node("Shape", [x], None)
+        if self.chance(0.5):
+            head = self.node("Slice", [dims, self.ints([0]), self.ints([k]), self.ints([0])], None)
+        else:
+            picked = [self.unsqueeze0(self.node("Gather", [dims, self.const(np.array(i, np.int64), "i")], None), None)
+                      for i in range(k)]
+            head = picked[0] if k == 1 else self.node("Concat", picked, None, axis=0)
+        target = self.node("Concat", [head, self.ints([-1])], None, axis=0)
+        self.node("Reshape", [x, target], shape[:k] + (math.prod(shape[k:]),))
+
+    # ---- motifs ----
+
+    def computed_weight(self):
+        """A MatMul whose weight is computed from constants (a transposed,
+        cast, reshaped or scaled tensor, as exporters leave them): folding."""
+        x = self.pick()
+        shape = self.shapes[x]
+        k, m = shape[-1], int(self.rng.integers(1, 6))
+        w = self.const(self.value((m, k), special=False))
+        w = self.node("Transpose", [w], None, perm=[1, 0])
+        for _ in range(int(self.rng.integers(1, 3))):
+            kind = int(self.rng.integers(4))
+            if kind == 0:
+                w = self.node("Mul", [w, self.const(np.float32(self.rng.choice([0.5, 2.0, 1.0])))], None)
+            elif kind == 1:
+                half = self.node("Cast", [w], None, to=TensorProto.FLOAT16)
+                w = self.node("Cast", [half], None, to=TensorProto.FLOAT)
+            elif kind == 2:
+                w = self.node("Reshape", [self.node("Reshape", [w, self.ints([-1])], None), self.ints([k, m])], None)
+            else:
+                w = self.node("Add", [w, self.const(self.value((m,), special=False))], None)
+        self.node("MatMul", [x, w], shape[:-1] + (m,))
+
+    def branch(self):
+        """An If on a value of the graph: both branches read outer values."""
+        x = self.pick()
+        shape = self.shapes[x]
+        total = self.node("ReduceSum", [x], None, keepdims=0)
+        cond = self.node("Greater", [total, self.const(np.float32(0.0))], None)
+        bodies = []
+        for which in ("then", "else"):
+            sub = Builder(self.rng, self.opset)
+            sub.count = self.count + (1000 if which == "else" else 0)
+            sub.shapes[x] = shape
+            sub.order.append(x)
+            for _ in range(int(self.rng.integers(1, 4))):
+                kind = int(self.rng.integers(3))
+                (sub.unary, sub.binary_const, sub.clip)[kind]()
+            last = sub.order[-1]
+            if sub.shapes[last] != shape:  # a constant widened it
+                return
+            out = sub.name(f"{which}_out")
+            sub.nodes.append(helper.make_node("Identity", [last], [out]))
+            bodies.append(helper.make_graph(sub.nodes, which, [], [helper.make_tensor_value_info(
+                out, TensorProto.FLOAT, shape)], sub.initializers))
+            self.count = sub.count
+        self.node("If", [cond], shape, then_branch=bodies[0], else_branch=bodies[1])
+
+    def logic(self):
+        """Integer and boolean chains: comparisons, Not, And, casts to int."""
+        x = self.pick()
+        shape = self.shapes[x]
+        c = self.const(self.value(self.broadcastable(shape, widen=False), special=False))
+        mask = self.node(str(self.rng.choice(["Greater", "Less", "Equal"])), [x, c], None)
+        if self.chance(0.5):
+            mask = self.node("Not", [self.node("Not", [mask], None)], None)
+        if self.chance(0.5):
+            mask = self.node("And", [mask, self.const(np.ones(self.broadcastable(shape, widen=False), bool))], None)
+        if self.chance(0.5):
+            n = self.node("Cast", [mask], None, to=TensorProto.INT64)
+            n = self.node(str(self.rng.choice(["Add", "Mul", "Div"])), [n, self.const(np.int64(
+                self.rng.choice([1, 2, 3])))], None)
+            self.node("Cast", [n], shape, to=TensorProto.FLOAT)
+        else:
+            self.node("Where", [mask, x, self.const(np.float32(0.0))], shape)
+
+    def image(self) -> str:
+        """A 4-d value [N, C, H, W], made from another if none is at hand."""
+        x = self.pick(lambda s: len(s) == 4 and s[2] >= 2 and s[3] >= 2)
+        if x is not None:
+            return x
+        x = self.pick()
+        size = math.prod(self.shapes[x])
+        c = int(self.rng.integers(1, 4))
+        h = int(self.rng.integers(3, 7))
+        w = self.const(self.value((size, c * h * h), special=False))
+        flat = self.node("Reshape", [x, self.ints([1, size])], (1, size))
+        return self.node("Reshape", [self.node("MatMul", [flat, w], (1, c * h * h)), self.ints([1, c, h, h])],
+                         (1, c, h, h))
+
+    def conv(self):
+        x = self.image()
+        n, c, h, w = self.shapes[x]
+        group = int(self.rng.choice([g for g in (1, 2, c) if c % g == 0]))
+        m = group * int(self.rng.integers(1, 3))
+        k = int(self.rng.choice([1, 3])) if min(h, w) >= 3 else 1
+        stride = int(self.rng.choice([1, 1, 2]))
+        dilation = int(self.rng.choice([1, 1, 2])) if k == 3 and min(h, w) >= 5 else 1
+        pad = int(self.rng.integers(0, 2))
+        if self.chance(0.3):  # a Pad before it
+            mode = str(self.rng.choice(["constant", "constant", "reflect", "edge"]))
+            pads = [0, 0, int(self.rng.integers(0, 2)), int(self.rng.integers(0, 2))] * 2
+            value = [self.const(np.float32(self.rng.choice([0.0, 0.0, 1.5])))] if mode == "constant" else []
+            h, w = h + pads[2] + pads[6], w + pads[3] + pads[7]
+            x = self.node("Pad", [x, self.ints(pads)] + value, (n, c, h, w), mode=mode)
+        span = dilation * (k - 1) + 1
+        oh, ow = (h + 2 * pad - span) // stride + 1, (w + 2 * pad - span) // stride + 1
+        if min(oh, ow) < 1:
+            return
+        inputs = [x, self.const(self.value((m, c // group, k, k), special=False))]
+        if self.chance(0.6):
+            inputs.append(self.const(self.value((m,), special=False)))
+        y = self.node("Conv", inputs, (n, m, oh, ow), group=group, kernel_shape=[k, k], strides=[stride] * 2,
+                      dilations=[dilation] * 2, pads=[pad] * 4)
+        if self.chance(0.6):
+            stats = [self.value((m,), special=False), self.value((m,), special=False),
+                     self.value((m,), special=False), self.value((m,), special=False, positive=True)]
+            y = self.node("BatchNormalization", [y] + [self.const(s) for s in stats], (n, m, oh, ow),
+                          epsilon=float(self.rng.choice([1e-5, 1e-3])))
+        if self.chance(0.4):
+            cshape = [(m, 1, 1), (1, m, 1, 1), (1,), ()][int(self.rng.integers(4))]
+            y = self.node(str(self.rng.choice(["Add", "Mul"])), [y, self.const(self.value(cshape))],
+                          (n, m, oh, ow))
+        if self.chance(0.6):
+            self.node(str(self.rng.choice(["Relu", "Sigmoid", "LeakyRelu", "HardSigmoid", "Tanh"])), [y],
+                      (n, m, oh, ow))
+
+    def pool(self):
+        x = self.image()
+        n, c, h, w = self.shapes[x]
+        if self.chance(0.5):
+            pads = [0, 0, 1, 1] * 2
+            value = float(self.rng.choice([0.0, -1e30]))
+            x = self.node("Pad", [x, self.ints(pads), self.const(np.float32(value))], (n, c, h + 2, w + 2))
+            h, w = h + 2, w + 2
+        op = str(self.rng.choice(["MaxPool", "AveragePool"]))
+        attrs = {"count_include_pad": int(self.chance(0.5))} if op == "AveragePool" else {}
+        self.node(op, [x], (n, c, h - 1, w - 1), kernel_shape=[2, 2], **attrs)
+
+    def layer_norm(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        k = int(self.rng.integers(1, min(2, len(shape)) + 1))
+        axes = list(range(len(shape) - k, len(shape)))
+        if self.chance(0.15):  # not the trailing axes
+            axes = [0]
+        kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+        inputs, attrs = self.axes_input(axes, 18)
+        mean = self.node("ReduceMean", [x] + inputs, kept, keepdims=1, **attrs)
+        d = self.node("Sub", [x, mean], shape)
+        sq = self.node("Pow", [d, self.const(np.float32(2.0))], shape) if self.chance(0.5) else \
+            self.node("Mul", [d, d], shape)
+        inputs, attrs = self.axes_input(axes, 18)
+        var = self.node("ReduceMean", [sq] + inputs, kept, keepdims=1, **attrs)
+        eps = self.node("Add", [var, self.const(np.float32(self.rng.choice([1e-5, 1e-6])))], kept)
+        y = self.node("Div", [d, self.node("Sqrt", [eps], kept)], shape)
+        norm = tuple(shape[a] for a in axes) if axes != [0] else shape
+        if self.chance(0.8):
+            y = self.node("Mul", [y, self.const(self.value(norm, special=False))], shape)
+        if self.chance(0.8):
+            self.node("Add", [y, self.const(self.value(norm, special=False))], shape)
+
+    def rms_norm(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        inputs, attrs = self.axes_input([-1], 18)
+        kept = shape[:-1] + (1,)
+        ms = self.node("ReduceMean", [self.node("Pow", [x, self.const(np.float32(2.0))], shape)] + inputs, kept,
+                       keepdims=1, **attrs)
+        r = self.node("Sqrt", [self.node("Add", [ms, self.const(np.float32(1e-6))], kept)], kept)
+        y = self.node("Mul", [x, self.node("Reciprocal", [r], kept)], shape) if self.chance(0.5) else \
+            self.node("Div", [x, r], shape)
+        self.node("Mul", [self.const(self.value(shape[-1:], special=False)), y], shape)
+
+    def gelu(self):
+        x = self.pick()
+        shape = self.shapes[x]
+        if self.chance(0.7):  # erf form
+            root = 1.4142135 if self.chance(0.9) else 1.5
+            e = self.node("Erf", [self.node("Div", [x, self.const(np.float32(root))], shape)], shape)
+            one = self.node("Add", [e, self.const(np.float32(1.0))], shape)
+            half = self.node("Mul", [x, self.const(np.float32(0.5))], shape)
+            self.node("Mul", [half, one] if self.chance(0.5) else [one, half], shape)
+        else:  # tanh form
+            cube = self.node("Pow", [x, self.const(np.float32(3.0))], shape)
+            inner = self.node("Add", [x, self.node("Mul", [cube, self.const(np.float32(0.044715))], shape)], shape)
+            t = self.node("Tanh", [self.node("Mul", [inner, self.const(np.float32(0.7978846))], shape)], shape)
+            one = self.node("Add", [t, self.const(np.float32(1.0))], shape)
+            self.node("Mul", [self.node("Mul", [x, self.const(np.float32(0.5))], shape), one], shape)
+
+    def attention(self):
+        """Heads split and merged around scaled dot-product attention, as
+        HF BERT's TorchScript export writes it."""
+        x = self.pick(lambda s: len(s) == 3)
+        if x is None:
+            x = self.pick(lambda s: len(s) == 2)
+            if x is None:
+                return
+            s, e = self.shapes[x]
+            x = self.unsqueeze0(x, (1, s, e))
+        b, s, e = self.shapes[x]
+        heads = int(self.rng.choice([1, 2, 3]))
+        d = int(self.rng.choice([1, 2, 4]))
+        if b * s * heads * d > MAX_ELEMENTS or b * heads * s * s > MAX_ELEMENTS:
+            return
+        proj = []
+        for which in "qkv":
+            p = self.node("MatMul", [x, self.const(self.value((e, heads * d), special=False))], (b, s, heads * d))
+            if self.chance(0.7):
+                p = self.node("Add", [p, self.const(self.value((heads * d,), special=False))], (b, s, heads * d))
+            split = self.node("Reshape", [p, self.ints([b if self.chance(0.5) else 0, s, heads, d])], (b, s, heads, d))
+            perm = [0, 2, 3, 1] if which == "k" else [0, 2, 1, 3]
+            proj.append(self.node("Transpose", [split], tuple((b, s, heads, d)[i] for i in perm), perm=perm))
+        q, k, v = proj
+        scores = self.node("MatMul", [q, k], (b, heads, s, s))
+        scale = self.const(np.float32(math.sqrt(d) if self.chance(0.8) else 3.0))
+        scores = self.node("Div", [scores, scale], (b, heads, s, s))
+        if self.chance(0.5):
+            mask = self.value(self.broadcastable((b, heads, s, s)), special=False)
+            scores = self.node("Add", [scores, self.const(np.where(mask > 1, -10000.0, 0.0).astype(np.float32))],
+                               (b, heads, s, s))
+        probs = self.node("Softmax", [scores], (b, heads, s, s), axis=-1 if self.chance(0.9) else 2)
+        ctx = self.node("MatMul", [probs, v], (b, heads, s, d))
+        merged = self.node("Transpose", [ctx], (b, s, heads, d), perm=[0, 2, 1, 3])
+        self.node("Reshape", [merged, self.ints([b, s, heads * d])], (b, s, heads * d))
+
+    OPS = [("unary", 8), ("binary_const", 10), ("binary_values", 6), ("transpose", 6), ("reshape", 5),
+           ("flatten", 1), ("unsqueeze", 3), ("squeeze", 3), ("expand", 2), ("concat", 4), ("split", 3),
+           ("slice", 4), ("gather", 2), ("reduce", 3), ("softmax", 2), ("matmul", 5), ("gemm", 2), ("where", 2),
+           ("clip", 2), ("cast", 2), ("dropout", 1), ("dynamic_reshape", 2), ("conv", 4), ("pool", 1),
+           ("layer_norm", 3), ("rms_norm", 1), ("gelu", 3), ("attention", 2), ("computed_weight", 2), ("branch", 1),
+           ("logic", 2)]
+
+    def grow(self, steps: int):
+        names = [n for n, _ in self.OPS]
+        weights = np.array([w for _, w in self.OPS], float)
+        for _ in range(steps):
+            getattr(self, str(self.rng.choice(names, p=weights / weights.sum())))()
+
+    def model(self) -> onnx.ModelProto:
+        last = self.order[-1]
+        extra = [n for n in self.order[:-1] if n not in self.feeds and self.chance(0.15)]
+        outputs = []
+        for name in extra + [last]:
+            shape = self.shapes[name]
+            dims = shape if self.chance(0.7) else [None] * len(shape)  # (onnx's checker wants a rank)
+            outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
+        graph = helper.make_graph(self.nodes, "random", self.inputs, outputs, self.initializers)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)], ir_version=10,
+                                 producer_name="random_graphs")
+
+
+def random_model(seed: int, steps: int | None = None) -> tuple:
+    rng = np.random.default_rng(seed)
+    builder = Builder(rng, int(rng.choice(OPSETS)))
+    for _ in range(int(rng.integers(1, 4))):
+        rank = int(rng.integers(1, 5))
+        builder.add_input(tuple(int(d) for d in rng.integers(1, 7, rank)))
+    builder.grow(steps if steps is not None else int(rng.integers(3, 40)))
+    return builder.model(), builder.feeds
+
+
+def _broadcasts(*shapes) -> bool:
+    try:
+        np.broadcast_shapes(*shapes)
+        return True
+    except ValueError:
+        return False
+
+
+def _factor(rng, size: int, rank: int) -> tuple:
+    """`rank` dims whose product is `size`."""
+    dims = []
+    for _ in range(rank - 1):
+        divisors = [d for d in range(1, size + 1) if size % d == 0]
+        d = int(rng.choice(divisors))
+        dims.append(d)
+        size //= d
+    return tuple(dims + [size])
