@@ -15,6 +15,7 @@ refuses is counted as "invalid" (a generator limit, not a finding).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -30,6 +31,20 @@ from pyonnxopt.check import session  # noqa: E402
 from random_graphs import random_model  # noqa: E402
 
 VARIANTS = {"default": {}, "opset23": {"opset": 23}, "ort": {"target": "ort"}}
+
+
+class BugLog(logging.Handler):
+    """Keeps what pyonnxopt logs as its own bug (a rule's check that raised,
+    which the engine survives): a finding too."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines = []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if "bug" in message:
+            self.lines.append(message)
 
 
 def run(model: onnx.ModelProto, feeds: dict) -> dict:
@@ -70,6 +85,37 @@ def close(have: np.ndarray, want: np.ndarray) -> bool:
     return bool(np.allclose(have[finite], want[finite], rtol=1e-3, atol=1e-3 * scale))
 
 
+def other_sizes(model: onnx.ModelProto, feeds: dict, seed: int) -> tuple:
+    """Feeds with new sizes for the inputs' named dims (one size per name),
+    and the original's outputs on them; (None, None) where the original
+    does not run there or contradicts its own stated output dims. The
+    result must agree there too: a rewrite may rely on what the model
+    states, not on the sizes it was tried at."""
+    rng = np.random.default_rng(seed)
+    sizes = {}
+    new = {}
+    for i in model.graph.input:
+        if i.name not in feeds:
+            continue
+        dims = []
+        for d, size in zip(i.type.tensor_type.shape.dim, feeds[i.name].shape):
+            if d.dim_param:
+                sizes.setdefault(d.dim_param, int(rng.choice([s for s in range(1, 8) if s != size])))
+            dims.append(sizes[d.dim_param] if d.dim_param else size)
+        new[i.name] = rng.standard_normal(dims).astype(np.float32)
+    if not sizes:
+        return None, None
+    try:
+        want = run(model, new)
+    except Exception:
+        return None, None
+    for o in model.graph.output:
+        stated = [d.dim_value if d.HasField("dim_value") else None for d in o.type.tensor_type.shape.dim]
+        if any(s is not None and s != n for s, n in zip(stated, want[o.name].shape)):
+            return None, None
+    return new, want
+
+
 def check_seed(seed: int, variants, verbose: bool = False, save: str | None = None) -> tuple:
     """(status, lines): status is "ok", "invalid" or "finding"."""
     model, feeds = random_model(seed)
@@ -79,18 +125,26 @@ def check_seed(seed: int, variants, verbose: bool = False, save: str | None = No
     except Exception as e:  # the generator's limit: onnxruntime refuses its own model
         return "invalid", [f"seed {seed}: invalid model: {str(e).splitlines()[0][:200]}"]
     full_check = checks_fully(model)
+    other_feeds, other_want = other_sizes(model, feeds, seed)
     lines = []
+    bugs = BugLog()
+    logging.getLogger("pyonnxopt").addHandler(bugs)
     for variant in variants:
+        bugs.lines.clear()
         try:
             optimized, _ = pyonnxopt.optimize(model, check_outputs=False, **VARIANTS[variant])
             proto = optimized.to_onnx()
             onnx.checker.check_model(proto, full_check=full_check)
             problems = differences(want, run(proto, feeds), model, proto)
+            if other_feeds is not None and not problems:
+                sizes = {k: list(v.shape) for k, v in other_feeds.items()}
+                problems = [f"at {sizes}: {p}" for p in differences(other_want, run(proto, other_feeds), model, proto)]
         except Exception as e:
             proto = None
             problems = [f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"]
             if verbose:
                 traceback.print_exc()
+        problems += list(dict.fromkeys(bugs.lines))
         if problems:
             lines += [f"seed {seed} {variant}: {p}" for p in problems]
             if save:
@@ -98,6 +152,7 @@ def check_seed(seed: int, variants, verbose: bool = False, save: str | None = No
                 onnx.save(model, os.path.join(save, f"seed{seed}.onnx"))
                 if proto is not None:
                     onnx.save(proto, os.path.join(save, f"seed{seed}_{variant}.onnx"))
+    logging.getLogger("pyonnxopt").removeHandler(bugs)
     return ("finding" if lines else "ok"), lines
 
 

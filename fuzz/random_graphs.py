@@ -455,21 +455,46 @@ class Builder:
             self.node("Dropout", inputs, shape)
 
     def dynamic_reshape(self):
-        """Reshape(x, Concat(Shape(x)[:k], [-1])) and similar: shape arithmetic."""
+        """A Reshape whose target is computed from the input's Shape, as
+        exporters write it for dynamic sizes: axes merged (-1) or one split
+        in two (by a constant, the rest computed with a Div)."""
         x = self.pick(lambda s: len(s) >= 2)
         if x is None:
             return
         shape = self.shapes[x]
-        k = int(self.rng.integers(1, len(shape)))
+        r = len(shape)
+        i = int(self.rng.integers(r))
+        j = int(self.rng.integers(i, r))
+        divisors = [f for f in range(2, shape[i] + 1) if shape[i] % f == 0]
+        if j > i or not divisors:  # merge axes i..j
+            middle, out = [self.ints([-1])], (math.prod(shape[i:j + 1]),)
+        else:  # split axis i by f
+            f = int(self.rng.choice(divisors))
+            if self.chance(0.5):
+                middle = [self.ints([f, -1])]
+            else:
+                size = self.node("Gather", [self.node("Shape", [x], None), self.const(np.array([i], np.int64), "i")],
+                                 None, axis=0)
+                middle = [self.ints([f]), self.node("Div", [size, self.ints([f])], None)]
+            out = (f, shape[i] // f)
+        pieces = [self.dims_of(x, 0, i)] + middle + [self.dims_of(x, j + 1, r)]
+        target = self.node("Concat", [p for p in pieces if p is not None], None, axis=0)
+        self.node("Reshape", [x, target], shape[:i] + out + shape[j + 1:])
+
+    def dims_of(self, x: str, a: int, b: int):
+        """Shape(x)[a:b] as a 1-d int64 value, written one of the ways
+        exporters write it; None when empty."""
+        if a >= b:
+            return None
+        kind = int(self.rng.integers(3))
+        if kind == 0 and self.opset >= 15:
+            return self.node("Shape", [x], None, start=a, end=b)
         dims = self.node("Shape", [x], None)
-        if self.chance(0.5):
-            head = self.node("Slice", [dims, self.ints([0]), self.ints([k]), self.ints([0])], None)
-        else:
-            picked = [self.unsqueeze0(self.node("Gather", [dims, self.const(np.array(i, np.int64), "i")], None), None)
-                      for i in range(k)]
-            head = picked[0] if k == 1 else self.node("Concat", picked, None, axis=0)
-        target = self.node("Concat", [head, self.ints([-1])], None, axis=0)
-        self.node("Reshape", [x, target], shape[:k] + (math.prod(shape[k:]),))
+        if kind != 2:
+            return self.node("Slice", [dims, self.ints([a]), self.ints([b]), self.ints([0])], None)
+        picked = [self.unsqueeze0(self.node("Gather", [dims, self.const(np.array(k, np.int64), "i")], None), None)
+                  for k in range(a, b)]
+        return picked[0] if len(picked) == 1 else self.node("Concat", picked, None, axis=0)
 
     # ---- motifs ----
 
@@ -652,8 +677,10 @@ class Builder:
             self.node("Mul", [self.node("Mul", [x, self.const(np.float32(0.5))], shape), one], shape)
 
     def attention(self):
-        """Heads split and merged around scaled dot-product attention, as
-        HF BERT's TorchScript export writes it."""
+        """Heads split and merged around scaled dot-product attention, in
+        the forms the exporters write: constant or computed head shapes,
+        K^T as one Transpose or two, the scale after the scores or its root
+        on q and k (torch's SDPA), with or without a mask."""
         x = self.pick(lambda s: len(s) == 3)
         if x is None:
             x = self.pick(lambda s: len(s) == 2)
@@ -666,32 +693,52 @@ class Builder:
         d = int(self.rng.choice([1, 2, 4]))
         if b * s * heads * d > MAX_ELEMENTS or b * heads * s * s > MAX_ELEMENTS:
             return
+        computed = self.chance(0.4)
+        split_shape = (b, s, heads, d)
         proj = []
         for which in "qkv":
             p = self.node("MatMul", [x, self.const(self.value((e, heads * d), special=False))], (b, s, heads * d))
             if self.chance(0.7):
                 p = self.node("Add", [p, self.const(self.value((heads * d,), special=False))], (b, s, heads * d))
-            split = self.node("Reshape", [p, self.ints([b if self.chance(0.5) else 0, s, heads, d])], (b, s, heads, d))
-            perm = [0, 2, 3, 1] if which == "k" else [0, 2, 1, 3]
-            proj.append(self.node("Transpose", [split], tuple((b, s, heads, d)[i] for i in perm), perm=perm))
+            if computed:
+                target = self.node("Concat", [self.dims_of(p, 0, 2), self.ints([heads, d])], None, axis=0)
+            else:
+                target = self.ints([b if self.chance(0.5) else 0, s, heads, d])
+            split = self.node("Reshape", [p, target], split_shape)
+            if which == "k" and self.chance(0.5):
+                split = self.node("Transpose", [split], (b, heads, s, d), perm=[0, 2, 1, 3])
+                proj.append(self.node("Transpose", [split], (b, heads, d, s), perm=[0, 1, 3, 2]))
+            else:
+                perm = [0, 2, 3, 1] if which == "k" else [0, 2, 1, 3]
+                proj.append(self.node("Transpose", [split], tuple(split_shape[i] for i in perm), perm=perm))
         q, k, v = proj
-        scores = self.node("MatMul", [q, k], (b, heads, s, s))
-        scale = self.const(np.float32(math.sqrt(d) if self.chance(0.8) else 3.0))
-        scores = self.node("Div", [scores, scale], (b, heads, s, s))
+        scale = float(math.sqrt(d)) if self.chance(0.8) else 3.0
+        if self.chance(0.3):  # the root of the scale on each side
+            root = self.const(np.float32(1 / math.sqrt(scale)))
+            q = self.node("Mul", [q, root], self.shapes[q])
+            k = self.node("Mul", [k, root], self.shapes[k])
+            scores = self.node("MatMul", [q, k], (b, heads, s, s))
+        else:
+            scores = self.node("MatMul", [q, k], (b, heads, s, s))
+            scores = self.node("Div", [scores, self.const(np.float32(scale))], (b, heads, s, s))
         if self.chance(0.5):
-            mask = self.value(self.broadcastable((b, heads, s, s)), special=False)
+            mask = self.value(self.broadcastable((b, heads, s, s), widen=False), special=False)
             scores = self.node("Add", [scores, self.const(np.where(mask > 1, -10000.0, 0.0).astype(np.float32))],
                                (b, heads, s, s))
         probs = self.node("Softmax", [scores], (b, heads, s, s), axis=-1 if self.chance(0.9) else 2)
         ctx = self.node("MatMul", [probs, v], (b, heads, s, d))
         merged = self.node("Transpose", [ctx], (b, s, heads, d), perm=[0, 2, 1, 3])
-        self.node("Reshape", [merged, self.ints([b, s, heads * d])], (b, s, heads * d))
+        if computed:
+            target = self.node("Concat", [self.dims_of(merged, 0, 2), self.ints([heads * d])], None, axis=0)
+        else:
+            target = self.ints([b, s, heads * d] if self.chance(0.5) else [0, 0, -1])
+        self.node("Reshape", [merged, target], (b, s, heads * d))
 
     OPS = [("unary", 8), ("binary_const", 10), ("binary_values", 6), ("transpose", 6), ("reshape", 5),
            ("flatten", 1), ("unsqueeze", 3), ("squeeze", 3), ("expand", 2), ("concat", 4), ("split", 3),
            ("slice", 4), ("gather", 2), ("reduce", 3), ("softmax", 2), ("matmul", 5), ("gemm", 2), ("where", 2),
            ("clip", 2), ("cast", 2), ("dropout", 1), ("dynamic_reshape", 2), ("conv", 4), ("pool", 1),
-           ("layer_norm", 3), ("rms_norm", 1), ("gelu", 3), ("attention", 2), ("computed_weight", 2), ("branch", 1),
+           ("layer_norm", 3), ("rms_norm", 1), ("gelu", 3), ("attention", 3), ("computed_weight", 2), ("branch", 1),
            ("logic", 2)]
 
     def grow(self, steps: int):

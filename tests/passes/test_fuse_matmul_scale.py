@@ -196,6 +196,21 @@ def test_the_key_part_of_a_matmul_and_bias_split_in_equal_parts():
     assert ops(m) == ["MatMul", "Add", "Split", "Transpose"]
 
 
+@pytest.mark.parametrize("product, other, out", [("MatMul(q, o)", "float[2,8,5] o", "float[2,3,5] y"),
+                                                 ("MatMul(o, q)", "float[2,4,3] o", "float[2,4,8] y")])
+def test_a_scaled_product_of_a_split_part_scales_the_parts_columns(product, other, out):
+    # The part goes straight into a MatMul whose product is scaled: the
+    # check once looked for the part among the scale's inputs (a crash).
+    proto = with_weights(f"""g (float[2,3,8] x, {other}) => ({out}, float[2,3,8] kk, float[2,3,8] vv) {{
+        p = MatMul(x, w)
+        q, kk, vv = Split <axis = 2> (p)
+        s = {product}
+        y = Mul(s, k)
+    }}""", **rng_weights(w=(8, 24)), k=np.array(0.5, np.float32))
+    m, _ = fused_by(RULE, proto)
+    assert ops(m) == ["MatMul", "Split", "MatMul"]
+
+
 def test_a_split_along_another_axis_is_refused():
     m, r = run_rule(RULE, packed(axis=1, sizes=(1, 1, 1)), valid=False)
     assert not r.modified and near_misses(r) == ["the Split is along axis 1, not the product's columns"]

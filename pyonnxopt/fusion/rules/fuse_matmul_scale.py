@@ -238,7 +238,9 @@ def _scaled_columns(m: Match):
 def _part_columns(m: Match, columns: int):
     """The columns the matched Split output holds."""
     part = m["part"]
-    reader = m["move0"] if "move0" in m else m.root
+    # The node reading the part: the first mover, else the MatMul whose
+    # product is scaled (the root is then the scale), else the root.
+    reader = m["move0"] if "move0" in m else m["pair"] if "pair" in m else m.root
     read = {v.name for v in reader.inputs if v is not None}
     index = next(i for i, v in enumerate(part.outputs) if v is not None and v.name in read)
     if len(part.outputs[index].uses) != 1 or part.outputs[index].is_graph_output:
