@@ -182,9 +182,20 @@ class Builder:
         rank = len(perm)
         for _ in range(int(self.rng.integers(1, 4))):
             shape = self.shapes[y]
-            kind = int(self.rng.integers(6))
+            kind = int(self.rng.integers(8))
             if kind == 0:
                 y = self.node(str(self.rng.choice(["Relu", "Neg", "Sigmoid", "Abs"])), [y], shape)
+            elif kind == 6:
+                y = self.node("Softmax", [y], shape, axis=self.axis(rank))
+            elif kind == 7:
+                axis = int(self.rng.integers(rank))
+                if shape[axis] < 2:
+                    continue
+                first = shape[axis] // 2
+                outs = [tuple(first if i == axis else d for i, d in enumerate(shape)),
+                        tuple(shape[axis] - first if i == axis else d for i, d in enumerate(shape))]
+                parts = self.node("Split", [y, self.ints([first, shape[axis] - first])], outs, axis=axis)
+                y = parts[int(self.rng.integers(2))]
             elif kind == 1:
                 cshape = self.broadcastable(shape, widen=False)
                 y = self.node(str(self.rng.choice(["Add", "Mul", "Sub"])), [y, self.const(self.value(cshape))], shape)
@@ -613,6 +624,83 @@ class Builder:
             self.node(str(self.rng.choice(["Relu", "Sigmoid", "LeakyRelu", "HardSigmoid", "Tanh"])), [y],
                       (n, m, oh, ow))
 
+    def activation(self):
+        """SiLU, quick GELU and the hard swish forms, as exporters write them."""
+        x = self.pick()
+        shape = self.shapes[x]
+        kind = int(self.rng.integers(4))
+        if kind == 0:
+            g = self.node("Sigmoid", [x], shape)
+        elif kind == 1:
+            g = self.node("Sigmoid", [self.node("Mul", [x, self.const(np.float32(1.702))], shape)], shape)
+        elif kind == 2:
+            g = self.node("HardSigmoid", [x], shape, alpha=float(self.rng.choice([1 / 6, 0.2])), beta=0.5)
+        else:
+            lo, hi = self.const(np.float32(0.0)), self.const(np.float32(self.rng.choice([6.0, 5.0])))
+            g = self.node("Clip", [self.node("Add", [x, self.const(np.float32(3.0))], shape), lo, hi], shape)
+            g = self.node("Div", [g, self.const(np.float32(6.0))], shape)
+        self.node("Mul", [x, g] if self.chance(0.5) else [g, x], shape)
+
+    def conv_transpose(self):
+        x = self.image()
+        n, c, h, w = self.shapes[x]
+        m, k, stride = int(self.rng.integers(1, 4)), int(self.rng.choice([1, 2, 3])), int(self.rng.choice([1, 2]))
+        out = (n, m, (h - 1) * stride + k, (w - 1) * stride + k)
+        if math.prod(out) > MAX_ELEMENTS:
+            return
+        y = self.node("ConvTranspose", [x, self.const(self.value((c, m, k, k), special=False))], out,
+                      kernel_shape=[k, k], strides=[stride, stride])
+        if self.chance(0.7):
+            stats = [self.value((m,), special=False) for _ in range(3)] + [self.value((m,), special=False,
+                                                                                      positive=True)]
+            self.node("BatchNormalization", [y] + [self.const(v) for v in stats], out)
+
+    def gemm_batchnorm(self):
+        x = self.pick(lambda s: len(s) == 2)
+        if x is None:
+            return
+        n, k = self.shapes[x]
+        m = int(self.rng.integers(1, 6))
+        y = self.node("Gemm", [x, self.const(self.value((k, m), special=False)),
+                               self.const(self.value((m,), special=False))], (n, m))
+        stats = [self.value((m,), special=False) for _ in range(3)] + [self.value((m,), special=False, positive=True)]
+        self.node("BatchNormalization", [y] + [self.const(v) for v in stats], (n, m))
+
+    def recurrent(self):
+        """An LSTM or GRU over [T, B, I], its initial states zeros (or not)."""
+        x = self.pick(lambda s: len(s) == 3)
+        if x is None:
+            return
+        t, b, i = self.shapes[x]
+        op = str(self.rng.choice(["LSTM", "GRU"]))
+        gates, hidden = (4 if op == "LSTM" else 3), int(self.rng.integers(1, 4))
+        inputs = [x, self.const(self.value((1, gates * hidden, i), special=False)),
+                  self.const(self.value((1, gates * hidden, hidden), special=False)),
+                  self.const(self.value((1, 2 * gates * hidden), special=False)), ""]
+        states = 2 if op == "LSTM" else 1
+        for _ in range(states):
+            zero = self.chance(0.7)
+            inputs.append(self.const(np.zeros((1, b, hidden), np.float32) if zero else
+                                     self.value((1, b, hidden), special=False)))
+        outs = self.node(op, inputs, [(t, 1, b, hidden), (1, b, hidden)], hidden_size=hidden)
+        self.node("Squeeze", [outs[0]] + self.axes_input([1], 13)[0], (t, b, hidden), **self.axes_input([1], 13)[1])
+
+    def einsum(self):
+        """Batched matrix products as Einsum (lower_einsum's case), and one
+        reduction it must leave."""
+        x = self.pick(lambda s: len(s) == 3)
+        if x is None:
+            return
+        b, s_, e = self.shapes[x]
+        m = int(self.rng.integers(1, 5))
+        kind = int(self.rng.integers(3))
+        if kind == 0:
+            self.node("Einsum", [x, self.const(self.value((e, m), special=False))], (b, s_, m), equation="bse,em->bsm")
+        elif kind == 1:
+            self.node("Einsum", [x, x], (b, s_, s_), equation="bie,bje->bij")
+        else:
+            self.node("Einsum", [x], (b, e), equation="bse->be")
+
     def pool(self):
         x = self.image()
         n, c, h, w = self.shapes[x]
@@ -739,7 +827,8 @@ class Builder:
            ("slice", 4), ("gather", 2), ("reduce", 3), ("softmax", 2), ("matmul", 5), ("gemm", 2), ("where", 2),
            ("clip", 2), ("cast", 2), ("dropout", 1), ("dynamic_reshape", 2), ("conv", 4), ("pool", 1),
            ("layer_norm", 3), ("rms_norm", 1), ("gelu", 3), ("attention", 3), ("computed_weight", 2), ("branch", 1),
-           ("logic", 2)]
+           ("logic", 2), ("activation", 2), ("conv_transpose", 1), ("gemm_batchnorm", 1), ("recurrent", 1),
+           ("einsum", 1)]
 
     def grow(self, steps: int):
         names = [n for n, _ in self.OPS]
