@@ -31,9 +31,13 @@ MAX_ELEMENTS = 4096
 
 
 class Builder:
-    def __init__(self, rng: np.random.Generator, opset: int):
+    def __init__(self, rng: np.random.Generator, opset: int, agnostic: bool = False):
         self.rng = rng
         self.opset = opset
+        # Size-agnostic: named dims everywhere but the features (channels),
+        # and ops that fix no size, so that the result is compared at other
+        # sizes too (fuzz_pipeline.other_sizes).
+        self.agnostic = agnostic
         self.nodes: list = []
         self.initializers: list = []
         self.inputs: list = []
@@ -73,9 +77,11 @@ class Builder:
                     self.order.append(out)
         return outputs if len(outputs) > 1 else outputs[0]
 
-    def add_input(self, shape) -> str:
+    def add_input(self, shape, static_axes=()) -> str:
         name = f"x{len(self.inputs)}"
-        dims = [f"d{d}" if self.rng.random() < 0.3 else d for d in shape]  # equal sizes share a name
+        named = 1.0 if self.agnostic else 0.3
+        dims = [d if i in static_axes or self.rng.random() >= named else f"d{d}"  # equal sizes share a name
+                for i, d in enumerate(shape)]
         self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
         feed = self.rng.standard_normal(shape).astype(np.float32)
         if self.chance(0.1):  # x * 0 is not 0 for these, nor x - x
@@ -108,6 +114,8 @@ class Builder:
 
     def broadcastable(self, shape, widen: bool = True) -> tuple:
         """A shape that broadcasts to `shape` (rarely one that widens it)."""
+        if self.agnostic:  # one number, or one per feature
+            return [(), (shape[-1],), (1,) * (len(shape) - 1) + (shape[-1],)][int(self.rng.integers(3))]
         rank = int(self.rng.integers(0, len(shape) + 1))
         dims = [d if self.chance(0.6) else 1 for d in shape[len(shape) - rank:]]
         if widen and self.chance(0.05) and rank == len(shape) < 4:
@@ -160,7 +168,7 @@ class Builder:
     def binary_values(self):
         x = self.pick()
         shape = self.shapes[x]
-        y = self.pick(lambda s: _broadcasts(s, shape))
+        y = self.pick(lambda s: s == shape if self.agnostic else _broadcasts(s, shape))
         op = self.rng.choice(["Add", "Sub", "Mul", "Max", "Min"])
         out = np.broadcast_shapes(self.shapes[x], self.shapes[y])
         if math.prod(out) <= MAX_ELEMENTS:
@@ -170,7 +178,9 @@ class Builder:
         x = self.pick()
         shape = self.shapes[x]
         perm = [int(p) for p in self.rng.permutation(len(shape))]
-        attrs = {} if self.chance(0.1) else {"perm": perm}
+        if self.agnostic:  # the features stay last
+            perm = [int(p) for p in self.rng.permutation(len(shape) - 1)] + [len(shape) - 1]
+        attrs = {} if self.chance(0.1) and not self.agnostic else {"perm": perm}
         perm = perm if attrs else list(reversed(range(len(shape))))
         y = self.node("Transpose", [x], tuple(shape[p] for p in perm), **attrs)
         if self.chance(0.4):
@@ -182,7 +192,7 @@ class Builder:
         rank = len(perm)
         for _ in range(int(self.rng.integers(1, 4))):
             shape = self.shapes[y]
-            kind = int(self.rng.integers(8))
+            kind = int(self.rng.choice([0, 1, 3, 5, 6] if self.agnostic else range(8)))
             if kind == 0:
                 y = self.node(str(self.rng.choice(["Relu", "Neg", "Sigmoid", "Abs"])), [y], shape)
             elif kind == 6:
@@ -290,6 +300,10 @@ class Builder:
             other[axis] = int(self.rng.integers(1, 4))
             same = self.pick(lambda s: len(s) == len(shape) and all(
                 a == b for i, (a, b) in enumerate(zip(s, shape)) if i != axis % len(shape)))
+            if self.agnostic:
+                same = self.pick(lambda s: s == shape)
+                parts.append(same)
+                continue
             parts.append(same if same is not None and self.chance(0.6) else self.const(self.value(tuple(other))))
         out = list(shape)
         out[axis] = sum(self.shape_of(p)[axis] for p in parts)
@@ -393,7 +407,7 @@ class Builder:
             self.node("MatMul", [x, w], (m,))
             return
         other = self.pick(lambda s: len(s) >= 2 and s[-2] == shape[-1] and _broadcasts(s[:-2], shape[:-2]))
-        if other is not None and self.chance(0.4):
+        if other is not None and self.chance(0.4) and not self.agnostic:
             out = np.broadcast_shapes(shape[:-2], self.shapes[other][:-2]) + (shape[-2], self.shapes[other][-1])
             if math.prod(out) <= MAX_ELEMENTS:
                 self.node("MatMul", [x, other], out)
@@ -574,7 +588,15 @@ class Builder:
             self.node("Where", [mask, x, self.const(np.float32(0.0))], shape)
 
     def image(self) -> str:
-        """A 4-d value [N, C, H, W], made from another if none is at hand."""
+        """A 4-d value [N, C, H, W], made from another if none is at hand;
+        size-agnostic graphs keep images channels-last [N, H, W, C] and
+        transpose them (grow() transposes the result back)."""
+        if self.agnostic:
+            x = self.pick(lambda s: len(s) == 4 and s[1] >= 2 and s[2] >= 2)
+            if x is None:
+                return None
+            n, h, w, c = self.shapes[x]
+            return self.node("Transpose", [x], (n, c, h, w), perm=[0, 3, 1, 2])
         x = self.pick(lambda s: len(s) == 4 and s[2] >= 2 and s[3] >= 2)
         if x is not None:
             return x
@@ -589,6 +611,8 @@ class Builder:
 
     def conv(self):
         x = self.image()
+        if x is None:
+            return
         n, c, h, w = self.shapes[x]
         group = int(self.rng.choice([g for g in (1, 2, c) if c % g == 0]))
         m = group * int(self.rng.integers(1, 3))
@@ -643,6 +667,8 @@ class Builder:
 
     def conv_transpose(self):
         x = self.image()
+        if x is None:
+            return
         n, c, h, w = self.shapes[x]
         m, k, stride = int(self.rng.integers(1, 4)), int(self.rng.choice([1, 2, 3])), int(self.rng.choice([1, 2]))
         out = (n, m, (h - 1) * stride + k, (w - 1) * stride + k)
@@ -703,6 +729,8 @@ class Builder:
 
     def pool(self):
         x = self.image()
+        if x is None:
+            return
         n, c, h, w = self.shapes[x]
         if self.chance(0.5):
             pads = [0, 0, 1, 1] * 2
@@ -716,11 +744,18 @@ class Builder:
     def layer_norm(self):
         x = self.pick()
         shape = self.shapes[x]
-        k = int(self.rng.integers(1, min(2, len(shape)) + 1))
+        k = 1 if self.agnostic else int(self.rng.integers(1, min(2, len(shape)) + 1))
         axes = list(range(len(shape) - k, len(shape)))
-        if self.chance(0.15):  # not the trailing axes
+        if self.chance(0.15) and not self.agnostic:  # not the trailing axes
             axes = [0]
         kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+        # A row of (nearly) equal values (a saturated Clip, a Where's fill)
+        # has a variance below eps: (x - mean) / sqrt(eps) then magnifies
+        # rounding 300x, differently in the fused kernel (E[x^2] - E[x]^2).
+        # A spread of its own keeps every row well conditioned.
+        spread = np.linspace(-2, 2, math.prod(shape[a] for a in axes), dtype=np.float32)
+        spread = self.rng.permutation(spread).reshape([shape[a] if a in axes else 1 for a in range(len(shape))])
+        x = self.node("Add", [x, self.const(spread)], shape)
         inputs, attrs = self.axes_input(axes, 18)
         mean = self.node("ReduceMean", [x] + inputs, kept, keepdims=1, **attrs)
         d = self.node("Sub", [x, mean], shape)
@@ -781,7 +816,7 @@ class Builder:
         d = int(self.rng.choice([1, 2, 4]))
         if b * s * heads * d > MAX_ELEMENTS or b * heads * s * s > MAX_ELEMENTS:
             return
-        computed = self.chance(0.4)
+        computed = self.agnostic or self.chance(0.4)
         split_shape = (b, s, heads, d)
         proj = []
         for which in "qkv":
@@ -830,11 +865,22 @@ class Builder:
            ("logic", 2), ("activation", 2), ("conv_transpose", 1), ("gemm_batchnorm", 1), ("recurrent", 1),
            ("einsum", 1)]
 
+    # Ops that fix a size (a constant target or range): left out when agnostic.
+    PINNING = {"reshape", "expand", "split", "slice", "gather", "squeeze", "gemm", "gemm_batchnorm", "where",
+               "recurrent", "computed_weight", "branch"}
+
     def grow(self, steps: int):
-        names = [n for n, _ in self.OPS]
-        weights = np.array([w for _, w in self.OPS], float)
+        ops = [(n, w) for n, w in self.OPS if not (self.agnostic and n in self.PINNING)]
+        names = [n for n, _ in ops]
+        weights = np.array([w for _, w in ops], float)
         for _ in range(steps):
-            getattr(self, str(self.rng.choice(names, p=weights / weights.sum())))()
+            op = str(self.rng.choice(names, p=weights / weights.sum()))
+            made = len(self.order)
+            getattr(self, op)()
+            last = self.order[-1]
+            if self.agnostic and op in ("conv", "conv_transpose", "pool") and len(self.order) > made:
+                n, c, h, w = self.shapes[last]  # back to channels-last: the NHWC <-> NCHW flips of detection heads
+                self.node("Transpose", [last], (n, h, w, c), perm=[0, 2, 3, 1])
 
     def model(self) -> onnx.ModelProto:
         last = self.order[-1]
@@ -842,7 +888,8 @@ class Builder:
         outputs = []
         for name in extra + [last]:
             shape = self.shapes[name]
-            dims = shape if self.chance(0.7) else [None] * len(shape)  # (onnx's checker wants a rank)
+            # (onnx's checker wants a rank)
+            dims = shape if self.chance(0.7) and not self.agnostic else [None] * len(shape)
             outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
         graph = helper.make_graph(self.nodes, "random", self.inputs, outputs, self.initializers)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)], ir_version=10,
@@ -851,10 +898,15 @@ class Builder:
 
 def random_model(seed: int, steps: int | None = None) -> tuple:
     rng = np.random.default_rng(seed)
-    builder = Builder(rng, int(rng.choice(OPSETS)))
+    builder = Builder(rng, int(rng.choice(OPSETS)), agnostic=bool(rng.random() < 0.3))
     for _ in range(int(rng.integers(1, 4))):
-        rank = int(rng.integers(1, 5))
-        builder.add_input(tuple(int(d) for d in rng.integers(1, 7, rank)))
+        if builder.agnostic:  # [B, S, E] or [N, H, W, C], the features fixed
+            rank = int(rng.choice([3, 4]))
+            # (no 1s: a named dim of 1 would broadcast by chance)
+            builder.add_input(tuple(int(d) for d in rng.integers(2, 7, rank)), static_axes=(rank - 1,))
+        else:
+            rank = int(rng.integers(1, 5))
+            builder.add_input(tuple(int(d) for d in rng.integers(1, 7, rank)))
     builder.grow(steps if steps is not None else int(rng.integers(3, 40)))
     return builder.model(), builder.feeds
 
