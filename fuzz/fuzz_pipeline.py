@@ -1,7 +1,8 @@
 """Differential fuzzing of the whole pipeline on random graphs
 (fuzz/random_graphs.py): each seed's model is optimized as the CLI would
-(`--target onnx`, `--opset 23`, `--target ort`, the check off) and both
-models are run in onnxruntime, its own optimizations off. A finding is
+(`--target onnx`, `--opset 23`, `--target ort`, and `--input-shape` with
+the feeds' sizes; the check off) and both models are run in onnxruntime,
+its own optimizations off. A finding is
 an exception from `optimize`, a result that onnx's checker or onnxruntime
 refuses, or an output whose name, type, shape or values differ.
 
@@ -30,7 +31,8 @@ import pyonnxopt  # noqa: E402
 from pyonnxopt.check import session  # noqa: E402
 from random_graphs import random_model  # noqa: E402
 
-VARIANTS = {"default": {}, "opset23": {"opset": 23}, "ort": {"target": "ort"}}
+# "fixed": --input-shape with the feeds' sizes (every named dim fixed).
+VARIANTS = {"default": {}, "opset23": {"opset": 23}, "ort": {"target": "ort"}, "fixed": {}}
 
 
 class BugLog(logging.Handler):
@@ -135,11 +137,14 @@ def check_seed(seed: int, variants, verbose: bool = False, save: str | None = No
     for variant in variants:
         bugs.lines.clear()
         try:
-            optimized, _ = pyonnxopt.optimize(model, check_outputs=False, **VARIANTS[variant])
+            options = dict(VARIANTS[variant])
+            if variant == "fixed":
+                options["input_shapes"] = {name: list(feed.shape) for name, feed in feeds.items()}
+            optimized, _ = pyonnxopt.optimize(model, check_outputs=False, **options)
             proto = optimized.to_onnx()
             onnx.checker.check_model(proto, full_check=full_check)
             problems = differences(want, run(proto, feeds), model, proto)
-            if other_feeds is not None and not problems:
+            if other_feeds is not None and not problems and variant != "fixed":
                 sizes = {k: list(v.shape) for k, v in other_feeds.items()}
                 problems = [f"at {sizes}: {p}" for p in differences(other_want, run(proto, other_feeds), model, proto)]
         except Exception as e:
@@ -179,7 +184,7 @@ def parse_seeds(text: str) -> range:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0:200", help="A:B (B excluded) or one seed")
-    ap.add_argument("--variants", default="default,opset23,ort", help="comma-separated: " + ", ".join(VARIANTS))
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: " + ", ".join(VARIANTS))
     ap.add_argument("--save", help="folder for the models of each finding")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks, and the invalid seeds' reasons")
     args = ap.parse_args(argv)
