@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-OPSETS = (13, 15, 17, 18, 21)
+OPSETS = (11, 12, 13, 15, 17, 18, 21)  # below 13: Softmax flattens, axes are attributes
 SPECIAL = (0.0, 1.0, -1.0, 2.0, 0.5, 1.0000001)
 MAX_ELEMENTS = 4096
 
@@ -204,7 +204,7 @@ class Builder:
                 first = shape[axis] // 2
                 outs = [tuple(first if i == axis else d for i, d in enumerate(shape)),
                         tuple(shape[axis] - first if i == axis else d for i, d in enumerate(shape))]
-                parts = self.node("Split", [y, self.ints([first, shape[axis] - first])], outs, axis=axis)
+                parts = self.split_node(y, [first, shape[axis] - first], outs, axis)
                 y = parts[int(self.rng.integers(2))]
             elif kind == 1:
                 cshape = self.broadcastable(shape, widen=False)
@@ -336,10 +336,12 @@ class Builder:
         cuts = sorted(int(c) for c in self.rng.choice(np.arange(1, shape[axis]), n - 1, replace=False))
         sizes = [b - a for a, b in zip([0] + cuts, cuts + [shape[axis]])]
         outs = [tuple(s if i == axis else d for i, d in enumerate(shape)) for s in sizes]
+        self.split_node(x, sizes, outs, axis)
+
+    def split_node(self, x: str, sizes: list, outs: list, axis: int) -> list:
         if self.opset >= 13:
-            self.node("Split", [x, self.ints(sizes)], outs, axis=axis)
-        else:
-            self.node("Split", [x], outs, axis=axis, split=sizes)
+            return self.node("Split", [x, self.ints(sizes)], outs, axis=axis)
+        return self.node("Split", [x], outs, axis=axis, split=sizes)
 
     def slice(self):
         x = self.pick()
@@ -472,7 +474,7 @@ class Builder:
     def dropout(self):
         x = self.pick()
         shape = self.shapes[x]
-        inputs = [x] + ([self.const(np.float32(0.3))] if self.chance(0.5) else [])
+        inputs = [x] + ([self.const(np.float32(0.3))] if self.chance(0.5) and self.opset >= 12 else [])
         if self.chance(0.3):
             y, mask = self.node("Dropout", inputs, [shape, None])
             self.node("Where", [mask, y, self.const(np.float32(0.0))], shape)
@@ -715,7 +717,7 @@ class Builder:
         """Batched matrix products as Einsum (lower_einsum's case), and one
         reduction it must leave."""
         x = self.pick(lambda s: len(s) == 3)
-        if x is None:
+        if x is None or self.opset < 12:
             return
         b, s_, e = self.shapes[x]
         m = int(self.rng.integers(1, 5))
@@ -891,7 +893,12 @@ class Builder:
             # (onnx's checker wants a rank)
             dims = shape if self.chance(0.7) and not self.agnostic else [None] * len(shape)
             outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
-        graph = helper.make_graph(self.nodes, "random", self.inputs, outputs, self.initializers)
+        stated = []  # exporters state intermediate shapes too: the passes may rely on them
+        if not self.agnostic and self.chance(0.3):
+            stated = [helper.make_tensor_value_info(n, TensorProto.FLOAT, self.shapes[n] if self.chance(0.8) else
+                                                    [None] * len(self.shapes[n]))
+                      for n in self.order if n not in self.feeds and n not in extra + [last] and self.chance(0.3)]
+        graph = helper.make_graph(self.nodes, "random", self.inputs, outputs, self.initializers, value_info=stated)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)], ir_version=10,
                                  producer_name="random_graphs")
 
