@@ -125,12 +125,12 @@ def other_sizes(model: onnx.ModelProto, feeds: dict, seed: int) -> tuple:
 
 def check_seed(seed: int, variants, verbose: bool = False, save: str | None = None) -> tuple:
     """(status, lines): status is "ok", "invalid" or "finding"."""
-    model, feeds = random_model(seed)
     try:
+        model, feeds = random_model(seed)
         onnx.checker.check_model(model)
         want = run(model, feeds)
-    except Exception as e:  # the generator's limit: onnxruntime refuses its own model
-        return "invalid", [f"seed {seed}: invalid model: {str(e).splitlines()[0][:200]}"]
+    except Exception as e:  # the generator's limit (or bug): onnxruntime refuses its own model
+        return "invalid", [f"seed {seed}: invalid model: {type(e).__name__}: {first_line(e)[:200]}"]
     full_check = checks_fully(model)
     other_feeds, other_want = other_sizes(model, feeds, seed)
     lines = []
@@ -151,7 +151,7 @@ def check_seed(seed: int, variants, verbose: bool = False, save: str | None = No
                 problems = [f"at {sizes}: {p}" for p in differences(other_want, run(proto, other_feeds), model, proto)]
         except Exception as e:
             proto = None
-            problems = [f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"]
+            problems = [f"{type(e).__name__}: {first_line(e)[:300]}"]
             if verbose:
                 traceback.print_exc()
         problems += list(dict.fromkeys(bugs.lines))
@@ -174,6 +174,10 @@ def checks_fully(model: onnx.ModelProto) -> bool:
         return True
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
         return False
+
+
+def first_line(e: Exception) -> str:
+    return (str(e).splitlines() or [""])[0]
 
 
 def parse_seeds(text: str) -> range:

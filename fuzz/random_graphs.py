@@ -114,7 +114,7 @@ class Builder:
 
     def broadcastable(self, shape, widen: bool = True) -> tuple:
         """A shape that broadcasts to `shape` (rarely one that widens it)."""
-        if self.agnostic:  # one number, or one per feature
+        if self.agnostic and shape:  # one number, or one per feature
             return [(), (shape[-1],), (1,) * (len(shape) - 1) + (shape[-1],)][int(self.rng.integers(3))]
         rank = int(self.rng.integers(0, len(shape) + 1))
         dims = [d if self.chance(0.6) else 1 for d in shape[len(shape) - rank:]]
