@@ -667,6 +667,46 @@ class Builder:
             g = self.node("Div", [g, self.const(np.float32(6.0))], shape)
         self.node("Mul", [x, g] if self.chance(0.5) else [g, x], shape)
 
+    def residual_conv(self):
+        """act(Conv(x) [+ BN] + x): ResNet's block, FusedConv's residual."""
+        x = self.image()
+        if x is None:
+            return
+        n, c, h, w = self.shapes[x]
+        k = int(self.rng.choice([1, 3]))
+        y = self.node("Conv", [x, self.const(self.value((c, c, k, k), special=False)),
+                               self.const(self.value((c,), special=False))], (n, c, h, w),
+                      kernel_shape=[k, k], pads=[k // 2] * 4)
+        if self.chance(0.5):
+            stats = [self.value((c,), special=False) for _ in range(3)] + [self.value((c,), special=False,
+                                                                                      positive=True)]
+            y = self.node("BatchNormalization", [y] + [self.const(v) for v in stats], (n, c, h, w))
+        y = self.node("Add", [y, x] if self.chance(0.5) else [x, y], (n, c, h, w))
+        self.node(str(self.rng.choice(["Relu", "Relu", "Sigmoid", "LeakyRelu"])), [y], (n, c, h, w))
+
+    def mlp_block(self):
+        """A transformer's residual MLP on [.., E]: LayerNorm, Linear, GELU,
+        Linear, the residual Add (pre- or post-norm), as BERT and GPT-2 run."""
+        x = self.pick(lambda s: len(s) >= 2)
+        if x is None:
+            return
+        shape = self.shapes[x]
+        e, hidden = shape[-1], int(self.rng.integers(2, 9))
+        pre = self.chance(0.5)
+        start = x
+        if pre:
+            self.layer_norm_on(x)
+            x = self.order[-1]
+        h = self.node("MatMul", [x, self.const(self.value((e, hidden), special=False))], shape[:-1] + (hidden,))
+        h = self.node("Add", [h, self.const(self.value((hidden,), special=False))], shape[:-1] + (hidden,))
+        self.gelu_on(h)
+        h = self.order[-1]
+        h = self.node("MatMul", [h, self.const(self.value((hidden, e), special=False))], shape)
+        h = self.node("Add", [h, self.const(self.value((e,), special=False))], shape)
+        y = self.node("Add", [start, h], shape)
+        if not pre:
+            self.layer_norm_on(y)
+
     def conv_transpose(self):
         x = self.image()
         if x is None:
@@ -744,7 +784,9 @@ class Builder:
         self.node(op, [x], (n, c, h - 1, w - 1), kernel_shape=[2, 2], **attrs)
 
     def layer_norm(self):
-        x = self.pick()
+        self.layer_norm_on(self.pick())
+
+    def layer_norm_on(self, x: str):
         shape = self.shapes[x]
         k = 1 if self.agnostic else int(self.rng.integers(1, min(2, len(shape)) + 1))
         axes = list(range(len(shape) - k, len(shape)))
@@ -786,7 +828,9 @@ class Builder:
         self.node("Mul", [self.const(self.value(shape[-1:], special=False)), y], shape)
 
     def gelu(self):
-        x = self.pick()
+        self.gelu_on(self.pick())
+
+    def gelu_on(self, x: str):
         shape = self.shapes[x]
         if self.chance(0.7):  # erf form
             root = 1.4142135 if self.chance(0.9) else 1.5
@@ -865,7 +909,7 @@ class Builder:
            ("clip", 2), ("cast", 2), ("dropout", 1), ("dynamic_reshape", 2), ("conv", 4), ("pool", 1),
            ("layer_norm", 3), ("rms_norm", 1), ("gelu", 3), ("attention", 3), ("computed_weight", 2), ("branch", 1),
            ("logic", 2), ("activation", 2), ("conv_transpose", 1), ("gemm_batchnorm", 1), ("recurrent", 1),
-           ("einsum", 1)]
+           ("einsum", 1), ("residual_conv", 2), ("mlp_block", 2)]
 
     # Ops that fix a size (a constant target or range): left out when agnostic.
     PINNING = {"reshape", "expand", "split", "slice", "gather", "squeeze", "gemm", "gemm_batchnorm", "where",
