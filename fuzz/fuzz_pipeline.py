@@ -1,9 +1,9 @@
 """Differential fuzzing of the whole pipeline on random graphs
 (fuzz/random_graphs.py): each seed's model is optimized as the CLI would
-(`--target onnx`, `--opset 23`, `--target ort`, and `--input-shape` with
-the feeds' sizes; the check off) and both models are run in onnxruntime,
-its own optimizations off. A finding is
-an exception from `optimize`, a result that onnx's checker or onnxruntime
+(`--target onnx`, `--opset 23`, `--target ort`, `--input-shape` with the
+feeds' sizes and `--fold-size-limit 16`; the check off) and both models
+are run in onnxruntime, its own optimizations off. A finding is an
+exception from `optimize`, a result that onnx's checker or onnxruntime
 refuses, or an output whose name, type, shape or values differ.
 
     python fuzz/fuzz_pipeline.py --seeds 0:2000 --save /tmp/findings
@@ -31,8 +31,11 @@ import pyonnxopt  # noqa: E402
 from pyonnxopt.check import session  # noqa: E402
 from random_graphs import random_model  # noqa: E402
 
-# "fixed": --input-shape with the feeds' sizes (every named dim fixed).
-VARIANTS = {"default": {}, "opset23": {"opset": 23}, "ort": {"target": "ort"}, "fixed": {}}
+# "fixed": --input-shape with the feeds' sizes (every named dim fixed);
+# "tight": --fold-size-limit 16 bytes, so that the rules meet unfolded
+# constant subgraphs where they would have met constants.
+VARIANTS = {"default": {}, "opset23": {"opset": 23}, "ort": {"target": "ort"}, "fixed": {},
+            "tight": {"fold_size_limit": 16}}
 
 
 class BugLog(logging.Handler):
