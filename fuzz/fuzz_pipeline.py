@@ -8,6 +8,7 @@ refuses, or an output whose name, type, shape or values differ.
 
     python fuzz/fuzz_pipeline.py --seeds 0:2000 --save /tmp/findings
     python fuzz/fuzz_pipeline.py --seeds 1234 --variants opset23 -v   # one seed again
+    python fuzz/fuzz_pipeline.py --source torch --seeds 0:500          # exported torch modules
 
 Exits non-zero when there is a finding. A seed whose own model onnxruntime
 refuses is counted as "invalid" (a generator limit, not a finding).
@@ -126,10 +127,18 @@ def other_sizes(model: onnx.ModelProto, feeds: dict, seed: int) -> tuple:
     return new, want
 
 
-def check_seed(seed: int, variants, verbose: bool = False, save: str | None = None) -> tuple:
+def make_model(source: str, seed: int) -> tuple:
+    if source == "torch":
+        from random_torch import random_torch_model
+
+        return random_torch_model(seed)
+    return random_model(seed)
+
+
+def check_seed(seed: int, variants, verbose: bool = False, save: str | None = None, source: str = "graphs") -> tuple:
     """(status, lines): status is "ok", "invalid" or "finding"."""
     try:
-        model, feeds = random_model(seed)
+        model, feeds = make_model(source, seed)
         onnx.checker.check_model(model)
         want = run(model, feeds)
     except Exception as e:  # the generator's limit (or bug): onnxruntime refuses its own model
@@ -162,9 +171,9 @@ def check_seed(seed: int, variants, verbose: bool = False, save: str | None = No
             lines += [f"seed {seed} {variant}: {p}" for p in problems]
             if save:
                 os.makedirs(save, exist_ok=True)
-                onnx.save(model, os.path.join(save, f"seed{seed}.onnx"))
+                onnx.save(model, os.path.join(save, f"{source}{seed}.onnx"))
                 if proto is not None:
-                    onnx.save(proto, os.path.join(save, f"seed{seed}_{variant}.onnx"))
+                    onnx.save(proto, os.path.join(save, f"{source}{seed}_{variant}.onnx"))
     logging.getLogger("pyonnxopt").removeHandler(bugs)
     return ("finding" if lines else "ok"), lines
 
@@ -194,6 +203,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0:200", help="A:B (B excluded) or one seed")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: " + ", ".join(VARIANTS))
+    ap.add_argument("--source", choices=["graphs", "torch"], default="graphs",
+                    help="random graphs (fuzz/random_graphs.py) or exported torch modules (fuzz/random_torch.py)")
     ap.add_argument("--save", help="folder for the models of each finding")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks, and the invalid seeds' reasons")
     args = ap.parse_args(argv)
@@ -204,7 +215,7 @@ def main(argv=None) -> int:
     counts = {"ok": 0, "invalid": 0, "finding": 0}
     start = time.time()
     for seed in parse_seeds(args.seeds):
-        status, lines = check_seed(seed, variants, args.verbose, args.save)
+        status, lines = check_seed(seed, variants, args.verbose, args.save, args.source)
         counts[status] += 1
         for line in lines if status == "finding" or args.verbose else []:
             print(line, flush=True)

@@ -3,16 +3,17 @@ onnxruntime (fuzz/fuzz_pipeline.py, tests/test_random_graphs.py).
 
 A graph grows one op at a time from one to three float inputs. Each op's
 output shape is worked out as it is added (numpy's broadcasting and
-slicing rules, which are ONNX's), so every graph is valid and runs. Besides single ops (elementwise with constants of every
-broadcastable shape, layout ops, reductions, MatMul, casts) it grows the
-motifs the rules look for, written as exporters write them, on random
-shapes and with random extra readers of their intermediates: Conv with
-BatchNormalization and activations, Pad before a Conv or pool, MatMul and
-bias, LayerNorm, RMSNorm and GELU decompositions, attention blocks, shape
-arithmetic feeding a Reshape, residual Conv and MLP blocks, If branches.
-Constants are 0, 1 and other values the identities look for about a third
-of the time, and sometimes a value close to them (which must not be taken
-for them). A third of the graphs are size-agnostic (see Builder).
+slicing rules, which are ONNX's), so every graph is valid and runs.
+Besides single ops (elementwise with constants of every broadcastable
+shape, layout ops, reductions, MatMul, casts) it grows the motifs the
+rules look for, written as exporters write them, on random shapes and with
+random extra readers of their intermediates: Conv with BatchNormalization
+and activations, Pad before a Conv or pool, MatMul and bias, LayerNorm,
+RMSNorm and GELU decompositions, attention blocks, shape arithmetic
+feeding a Reshape, residual Conv and MLP blocks, If branches. Constants
+are 0, 1 and other values the identities look for about a third of the
+time, and sometimes a value close to them (which must not be taken for
+them). A third of the graphs are size-agnostic (see Builder).
 
 `random_model(seed)` returns (onnx.ModelProto, feeds): the same seed gives
 the same model on every machine.

@@ -1,0 +1,159 @@
+"""Random torch modules exported to ONNX, for fuzz/fuzz_pipeline.py
+(`--source torch`): what the exporters really write (Shape/Gather/Concat
+arithmetic, their Reshape and Transpose habits, the decompositions of
+LayerNorm, GELU and attention) on random compositions of layers.
+
+A model is a stack of blocks on an image [N, C, H, W] or a sequence
+[B, S, E]: convolutions with BatchNorm and activations, pooling, residual
+blocks, a switch between the two layouts, Linear, LayerNorm, GELU, torch's
+MultiheadAttention and a hand-written attention, permutes, flattens and
+reshapes. It is exported by the TorchScript exporter (the dynamo exporter
+takes seconds a model) at a random opset, half the time with a dynamic
+batch (and sequence) axis. `random_torch_model(seed)` returns
+(onnx.ModelProto, feeds); torch seeds the weights, so a seed gives the same
+model on the same torch.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+
+import numpy as np
+import onnx
+
+OPSETS = (14, 16, 17, 18)  # scaled_dot_product_attention exports from 14
+
+
+def _modules():
+    import torch
+    from torch import nn
+
+    torch.backends.mha.set_fastpath_enabled(False)  # its fused kernel has no ONNX export
+
+    class Attention(nn.Module):
+        """BERT's self-attention as written in transformers (before SDPA)."""
+
+        def __init__(self, e: int, heads: int, mask: bool):
+            super().__init__()
+            self.heads, self.d = heads, e // heads
+            self.q, self.k, self.v, self.o = (nn.Linear(e, e) for _ in range(4))
+            self.mask = mask
+
+        def forward(self, x):
+            b, s, e = x.shape
+            split = [b, s, self.heads, self.d]
+            q = self.q(x).view(split).permute(0, 2, 1, 3)
+            k = self.k(x).view(split).permute(0, 2, 1, 3)
+            v = self.v(x).view(split).permute(0, 2, 1, 3)
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.d)
+            if self.mask:
+                causal = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+                scores = scores.masked_fill(causal, -1e9)
+            y = torch.matmul(scores.softmax(-1), v).permute(0, 2, 1, 3).reshape(b, s, e)
+            return self.o(y)
+
+    class Residual(nn.Module):
+        def __init__(self, body: nn.Module, act: nn.Module):
+            super().__init__()
+            self.body, self.act = body, act
+
+        def forward(self, x):
+            return self.act(self.body(x) + x)
+
+    class ToSequence(nn.Module):  # [N, C, H, W] -> [N, H*W, C], a ViT's patch tokens
+        def forward(self, x):
+            return x.flatten(2).transpose(1, 2)
+
+    class Permute(nn.Module):
+        def __init__(self, perm):
+            super().__init__()
+            self.perm = perm
+
+        def forward(self, x):
+            return x.permute(*self.perm)
+
+    class SplitHeads(nn.Module):  # reshape to heads and back, through a computed shape
+        def __init__(self, heads: int):
+            super().__init__()
+            self.heads = heads
+
+        def forward(self, x):
+            b, s, e = x.shape
+            y = x.reshape(b, s, self.heads, -1).transpose(1, 2)
+            return y.transpose(1, 2).reshape(b, s, e) * 2.0
+
+    return torch, nn, Attention, Residual, ToSequence, Permute, SplitHeads
+
+
+def random_torch_model(seed: int) -> tuple:
+    torch, nn, Attention, Residual, ToSequence, Permute, SplitHeads = _modules()
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+
+    def chance(p):
+        return bool(rng.random() < p)
+
+    def act():
+        return [nn.ReLU(), nn.GELU(), nn.SiLU(), nn.Hardswish(), nn.Sigmoid(), nn.ReLU6(),
+                nn.GELU(approximate="tanh"), nn.LeakyReLU(0.1)][int(rng.integers(8))]
+
+    def heads(e):
+        return int(rng.choice([h for h in (1, 2, 4) if e % h == 0]))
+
+    batch = int(rng.choice([1, 2]))
+    image = chance(0.5)
+    c, h = int(rng.choice([3, 4, 8])), int(rng.choice([8, 12, 16]))
+    e, s = int(rng.choice([8, 12, 16])), int(rng.choice([4, 6, 8]))
+    shape = (batch, c, h, h) if image else (batch, s, e)
+    layers = []
+    for _ in range(int(rng.integers(2, 7))):
+        kind = int(rng.integers(6))
+        if image and kind == 0:
+            k, stride = int(rng.choice([1, 3])), int(rng.choice([1, 1, 2]))
+            out = int(rng.choice([c, 2 * c]))
+            layers += [nn.Conv2d(c, out, k, padding=k // 2, stride=stride, groups=c if chance(0.3) else 1,
+                                 bias=chance(0.5)), nn.BatchNorm2d(out)]
+            if chance(0.7):
+                layers.append(act())
+            c, h = out, (h + 2 * (k // 2) - k) // stride + 1
+        elif image and kind == 1:
+            body = nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), act(), nn.Conv2d(c, c, 1),
+                                 nn.BatchNorm2d(c))
+            layers.append(Residual(body, act()))
+        elif image and kind == 2 and h >= 4:
+            layers.append(nn.MaxPool2d(2) if chance(0.5) else nn.AvgPool2d(2))
+            h //= 2
+        elif image and kind == 3:
+            layers += [nn.ZeroPad2d(1), nn.Conv2d(c, c, 3)]
+        elif image and kind == 4:  # a channels-last LayerNorm (ConvNeXt)
+            layers += [Permute([0, 2, 3, 1]), nn.LayerNorm(c), Permute([0, 3, 1, 2])]
+        elif image:  # to tokens: a sequence model from here
+            layers += [ToSequence(), nn.LayerNorm(c)]
+            image, e = False, c
+        elif kind == 0:
+            out = int(rng.choice([e, 2 * e]))
+            layers += [nn.Linear(e, out), act()]
+            e = out
+        elif kind == 1:
+            layers.append(Residual(nn.Sequential(nn.LayerNorm(e), nn.Linear(e, 2 * e), nn.GELU(),
+                                                 nn.Linear(2 * e, e)), nn.Identity()))
+        elif kind == 2:
+            layers += [Residual(Attention(e, heads(e), chance(0.5)), nn.Identity()), nn.LayerNorm(e)]
+        elif kind == 3:
+            layers.append(SplitHeads(heads(e)))
+        elif kind == 4:
+            layers.append(nn.Dropout(0.1))
+        else:
+            layers.append(nn.TransformerEncoderLayer(e, heads(e), 2 * e, dropout=0.0, batch_first=True))
+    model = nn.Sequential(*layers).eval()
+    x = torch.randn(*shape)
+    axes = {"x": {0: "batch"}, "y": {0: "batch"}} if chance(0.5) else None
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), buffer, input_names=["x"], output_names=["y"],
+                          opset_version=int(rng.choice(OPSETS)), dynamic_axes=axes, dynamo=False,
+                          do_constant_folding=chance(0.5))
+    return onnx.load_from_string(buffer.getvalue()), {"x": x.numpy()}
