@@ -1,6 +1,7 @@
-"""The whole pipeline on random graphs (fuzz/random_graphs.py), against
-onnxruntime: every variant's result runs and gives the original's outputs.
-`python fuzz/fuzz_pipeline.py --seeds A:B` runs many more seeds."""
+"""The whole pipeline on random graphs (fuzz/random_graphs.py) and random
+torch modules (fuzz/random_torch.py), against onnxruntime: every variant's
+result runs and gives the original's outputs. `python
+fuzz/fuzz_pipeline.py --seeds A:B [--source torch]` runs many more seeds."""
 
 import os
 import sys
@@ -15,9 +16,16 @@ from random_graphs import random_model  # noqa: E402
 pytest.importorskip("onnxruntime")
 
 
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", range(40))
 def test_random_graph(seed):
     status, lines = check_seed(seed, list(VARIANTS))
+    assert status == "ok", "\n".join(lines)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_torch_module(seed):
+    pytest.importorskip("torch", reason="torch exports need torch (CI installs the CPU build)")
+    status, lines = check_seed(seed, list(VARIANTS), source="torch")
     assert status == "ok", "\n".join(lines)
 
 

@@ -7,8 +7,13 @@ namespace pyonnxopt::passes {
 using namespace ir;
 
 FreshNames::FreshNames(const Model& model) {
-  for (const Graph* g : model.all_graphs())
+  // Node names too: passes name new nodes with them, and onnxruntime refuses
+  // two nodes of one name (a node keeps its name when its output is renamed).
+  for (const Graph* g : model.all_graphs()) {
     for (const Value* v : g->values()) taken_.insert(v->name);
+    for (const Node* n : g->nodes)
+      if (!n->name.value.empty()) taken_.insert(n->name.value);
+  }
 }
 
 std::string FreshNames::make(const std::string& base) {

@@ -167,10 +167,16 @@ Roles Planner::roles(const Region& region) {
       else if (split_for_attention(*n, u.index, perm)) for_attention = true;
       else outside = true;
     }
-    if (outside && made_here && !unit_moves_only(perm, v)) ++r.delta;  // its Transpose is added
-    if (!outside && !for_attention && !made_here) --r.delta;  // its Transpose goes
+    // A Transpose of size-1 axes becomes a Reshape: it moves no data, but
+    // stays a node. It weighs less than one that moves data, not nothing:
+    // were it free to add while it counts when removed, a plan could move
+    // it back and forth for ever (a batch-1 [S, B, E] Transpose, pushed
+    // down a residual stream as two, and pulled back up as one).
+    const int weight = unit_moves_only(perm, v) ? kUnitWeight : kWeight;
+    if (outside && made_here) r.delta += weight;                    // its Transpose is added
+    if (!outside && !for_attention && !made_here) r.delta -= weight;  // its Transpose goes
   }
-  r.delta -= static_cast<int>(r.cancelled.size());
+  for (const auto& [t, v] : r.cancelled) r.delta -= unit_moves_only(r.perm_of.at(v), v) ? kUnitWeight : kWeight;
   return r;
 }
 

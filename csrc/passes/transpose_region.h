@@ -15,6 +15,11 @@
 namespace pyonnxopt::passes {
 
 constexpr size_t kMaxRegion = 256;  // nodes one plan may move a Transpose through
+// What a Transpose weighs in a plan's count: one that moves data, and one
+// that moves only axes of size 1 (a Reshape in the end). A plan that trades
+// one of the first for up to three of the second still gains.
+constexpr int kWeight = 4;
+constexpr int kUnitWeight = 1;
 
 // A node that computes on untransposed data in the plan: it reads values
 // transposed by `perm` (and constants), as `push` says.
@@ -40,7 +45,7 @@ struct Roles {
   std::unordered_map<ir::Value*, Perm> perm_of;                       // the region's values
   std::vector<ir::Node*> sources;                                     // Transposes whose outputs are region values
   std::vector<std::pair<ir::Node*, ir::Value*>> cancelled, composed;  // Transpose readers, and what they read
-  int delta = 0;                                                      // Transposes added minus removed
+  int delta = 0;  // weight of the Transposes added minus that of those removed (kWeight, kUnitWeight)
 };
 
 // Grows a region from a Transpose through every node that can take it

@@ -1096,3 +1096,37 @@ def test_not_into_an_attention_whose_keys_that_rule_cannot_take():
     m, _ = run_pass("infer_shapes", before)
     assert get("optimize_transposes").run(m, PassOptions()).modified
     same_numbers(before, m)
+
+
+def test_a_transpose_of_size_1_axes_is_not_moved_back_and_forth():
+    # torch's batch_first MultiheadAttention at batch 1: its [S, 1, E] ->
+    # [1, S, E] Transpose before the residual Add. Moved down, it would need
+    # two of its kind (for the other operand and the output); pulled back up,
+    # one: while those counted nothing added but one removed, the pass moved
+    # it to and fro until its sweep bound, and the pipeline for 20 rounds.
+    m, r = check("""g (float[8,1,4] a, float[1,8,4] res) => (float[1,8,4] y) {
+        t = Transpose <perm = [1, 0, 2]> (a)
+        s = Add(res, t)
+        y = Relu(s)
+    }""", shaped=True)
+    assert ops(m) == ["Reshape", "Add", "Relu"]
+
+
+def test_a_new_node_never_takes_an_existing_nodes_name():
+    # The Transpose added for `r`'s outside reader is named r_transpose; a
+    # node of that name already exists (its output is named otherwise), and
+    # onnxruntime refuses two nodes of one name.
+    before = parse("""g (float[2,3] a) => (float[2,3] z, float[3,2] o, float[2,3] q) {
+        t = Transpose <perm = [1, 0]> (a)
+        r = Relu(t)
+        y = Transpose <perm = [1, 0]> (r)
+        z = Abs(y)
+        o = Neg(r)
+        q = Sigmoid(a)
+    }""")
+    before.graph.node[-1].name = "r_transpose"
+    m, r = run(before)
+    assert r.modified and ops(m).count("Transpose") == 1
+    names = [n.name for n in m.to_onnx().graph.node if n.name]
+    assert len(names) == len(set(names)) and "r_transpose" in names
+    same_numbers(before, m)
