@@ -383,7 +383,10 @@ bool sweep(Model& model, Graph& g, FreshNames& names, PassStats& stats, std::set
   }
   for (Node* t : g.topological_order())
     if (is_transpose(*t)) changed = shorten_chain(g, t, stats) || changed;
-  if (!changed)  // last: a Transpose that may still cancel is not made a Reshape first
+  // Last, and only after the fusions (regroup_transposes): a Transpose that
+  // may still cancel, against another or one a fusion adds (fuse_attention's
+  // batch-first ones), is not made a Reshape first.
+  if (!changed && regroup)
     for (Node* t : g.topological_order())
       if (is_transpose(*t)) changed = reshape_unit_moves(model, g, t, names, stats) || changed;
   for (Graph* r : replaced) stats.initializers_removed += static_cast<int64_t>(r->remove_unused_initializers(stats.removed));

@@ -17,15 +17,19 @@
 // rule for it, computes on the untransposed data instead, and its outputs
 // are followed the same way; wherever else the value is read (other nodes,
 // graph outputs, subgraphs) one Transpose stays to make it. A plan is applied
-// only when it leaves strictly fewer Transposes in the graph, so the pass
-// ends; among a value's choices the one leaving fewer wins, staying put on
-// a tie. Transposes of constants are left to fold_constants.
+// only when it lowers the Transposes' weight in the graph (one that moves
+// only size-1 axes weighs a quarter, or nothing beside a Reshape: see
+// transpose_region.h), so the pass ends; among a value's choices the one
+// leaving less wins, staying put on a tie. Transposes of constants are left
+// to fold_constants.
 //
 // Separately, a Transpose reading a Transpose that stays for other readers
 // reads the first one's input with the composed perm (count unchanged, the
-// chain one shorter). And last, when nothing else changes, a Transpose that
-// moves only axes of size 1 (known dims) leaves the data in order: it
-// becomes a Reshape, which collapse_reshapes can merge with its neighbours:
+// chain one shorter). And last, in regroup_transposes (after the fusions,
+// whose own Transposes may still cancel it) when nothing else changes, a
+// Transpose that moves only axes of size 1 (known dims) leaves the data in
+// order: it becomes a Reshape, which collapse_reshapes can merge with its
+// neighbours:
 //
 //   y = Transpose<perm=[1,0,2]>(x: [1,197,768])  ->  y = Reshape(x, [197,1,768])
 //

@@ -132,6 +132,45 @@ bool Planner::is_cache_concat(const Node& n) const {
   return axis && dims && dims->size() == 4 && (axis->i.value == 2 || axis->i.value == -2);
 }
 
+namespace {
+
+// A default-domain node that only changes its input's shape.
+bool reshape_like(const Node* n) {
+  if (!n || !is_standard_domain(n->domain.value) || n->outputs.size() != 1) return false;
+  const std::string& op = n->op_type.value;
+  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
+}
+
+// Whether a Transpose made by `producer` whose output goes to `readers`
+// (and nowhere else) sits beside a node that only reshapes.
+bool beside_reshape(const Node* producer, const std::vector<const Node*>& readers, bool graph_output) {
+  if (reshape_like(producer)) return true;
+  return !graph_output && !readers.empty() &&
+         std::all_of(readers.begin(), readers.end(), [](const Node* r) { return reshape_like(r); });
+}
+
+std::vector<const Node*> readers_of(const Value* v) {
+  std::vector<const Node*> out;
+  for (const Use& u : v->uses) out.push_back(u.node);
+  return out;
+}
+
+}  // namespace
+
+// What a Transpose weighs in a plan's count (transpose_region.h): one that
+// moves only size-1 axes becomes a Reshape, and one of those beside a node
+// that only reshapes then merges into it (collapse_reshapes): it costs
+// nothing. Each Transpose weighs what its own place says, whether the plan
+// adds it or removes it, so every plan carried out lowers one sum and none
+// can be undone by another (a weight of 0 when added but 1 when removed let
+// torch's batch-1 [S, 1, E] Transpose before a residual Add go down the
+// stream as two and back up as one, sweep after sweep).
+int Planner::weight(const Perm& perm, const Value* v, const Node* producer, const std::vector<const Node*>& readers,
+                    bool graph_output) const {
+  if (!unit_moves_only(perm, v)) return kWeight;
+  return beside_reshape(producer, readers, graph_output) ? 0 : kUnitWeight;
+}
+
 Roles Planner::roles(const Region& region) {
   Roles r;
   std::unordered_map<const Node*, const Moved*> moved;
@@ -152,11 +191,13 @@ Roles Planner::roles(const Region& region) {
     const Value* existing = made_here ? nullptr : v->producer->inputs[0];
     bool outside = v->is_graph_output();
     bool for_attention = false;  // read by an Attention that takes the Transpose along (split_for_attention)
+    std::vector<const Node*> outside_readers;  // what the Transpose added for v would feed
     for (const Use& u : v->uses) {
       Node* n = u.node;
       if (auto it = moved.find(n); it != moved.end()) {
         if (it->second->push.inputs[static_cast<size_t>(u.index)].kind == PushedInput::kPermuted) continue;
         outside = true;  // it reads this value as it is (a parameter)
+        outside_readers.push_back(n);
         continue;
       }
       const bool source = std::find(r.sources.begin(), r.sources.end(), n) != r.sources.end();
@@ -165,18 +206,18 @@ Roles Planner::roles(const Region& region) {
       if (p && !is_identity(compose(perm, *p))) r.composed.emplace_back(n, v);
       else if (p && cancels(n, v, existing)) r.cancelled.emplace_back(n, v);
       else if (split_for_attention(*n, u.index, perm)) for_attention = true;
-      else outside = true;
+      else {
+        outside = true;
+        outside_readers.push_back(n);
+      }
     }
-    // A Transpose of size-1 axes becomes a Reshape: it moves no data, but
-    // stays a node. It weighs less than one that moves data, not nothing:
-    // were it free to add while it counts when removed, a plan could move
-    // it back and forth for ever (a batch-1 [S, B, E] Transpose, pushed
-    // down a residual stream as two, and pulled back up as one).
-    const int weight = unit_moves_only(perm, v) ? kUnitWeight : kWeight;
-    if (outside && made_here) r.delta += weight;                    // its Transpose is added
-    if (!outside && !for_attention && !made_here) r.delta -= weight;  // its Transpose goes
+    if (outside && made_here)  // its Transpose is added, between v's maker and the readers outside
+      r.delta += weight(perm, v, v->producer, outside_readers, v->is_graph_output());
+    if (!outside && !for_attention && !made_here)  // its Transpose goes
+      r.delta -= weight(perm, v, v->producer->inputs[0]->producer, readers_of(v), v->is_graph_output());
   }
-  for (const auto& [t, v] : r.cancelled) r.delta -= unit_moves_only(r.perm_of.at(v), v) ? kUnitWeight : kWeight;
+  for (const auto& [t, v] : r.cancelled)
+    r.delta -= weight(r.perm_of.at(v), v, v->producer, readers_of(t->outputs[0]), t->outputs[0]->is_graph_output());
   return r;
 }
 

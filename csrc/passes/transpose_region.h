@@ -16,8 +16,9 @@ namespace pyonnxopt::passes {
 
 constexpr size_t kMaxRegion = 256;  // nodes one plan may move a Transpose through
 // What a Transpose weighs in a plan's count: one that moves data, and one
-// that moves only axes of size 1 (a Reshape in the end). A plan that trades
-// one of the first for up to three of the second still gains.
+// that moves only axes of size 1 (a Reshape in the end; 0 beside a node that
+// only reshapes, which it merges into). A plan that trades one of the first
+// for up to three of the second still gains.
 constexpr int kWeight = 4;
 constexpr int kUnitWeight = 1;
 
@@ -67,6 +68,9 @@ class Planner {
 
  private:
   bool unit_moves_only(const Perm& perm, const ir::Value* v) const;
+  // The weight of the Transpose of `v` (by `perm`) made by `producer`'s side and read by `readers`.
+  int weight(const Perm& perm, const ir::Value* v, const ir::Node* producer, const std::vector<const ir::Node*>& readers,
+             bool graph_output) const;
   bool split_for_attention(const ir::Node& n, int index, const Perm& perm) const;
   bool is_cache_concat(const ir::Node& n) const;
 
