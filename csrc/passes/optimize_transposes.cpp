@@ -300,13 +300,6 @@ bool reshape_unit_moves(const Model& model, Graph& g, Node* t, FreshNames& names
   return true;
 }
 
-// A default-domain node that only changes its input's shape.
-bool reshape_like(const Node* n) {
-  if (!n || !(n->domain.value.empty() || n->domain.value == "ai.onnx") || n->outputs.size() != 1) return false;
-  const std::string& op = n->op_type.value;
-  return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
-}
-
 // Reshape -> Transpose -> Reshape where the Transpose can move below the
 // second Reshape: moved, the count stays, but the two Reshapes meet and
 // collapse_reshapes makes them one (nn.MultiheadAttention's q and v,

@@ -132,14 +132,13 @@ bool Planner::is_cache_concat(const Node& n) const {
   return axis && dims && dims->size() == 4 && (axis->i.value == 2 || axis->i.value == -2);
 }
 
-namespace {
-
-// A default-domain node that only changes its input's shape.
 bool reshape_like(const Node* n) {
   if (!n || !is_standard_domain(n->domain.value) || n->outputs.size() != 1) return false;
   const std::string& op = n->op_type.value;
   return op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze";
 }
+
+namespace {
 
 // Whether a Transpose made by `producer` whose output goes to `readers`
 // (and nowhere else) sits beside a node that only reshapes.
@@ -161,10 +160,10 @@ std::vector<const Node*> readers_of(const Value* v) {
 // moves only size-1 axes becomes a Reshape, and one of those beside a node
 // that only reshapes then merges into it (collapse_reshapes): it costs
 // nothing. Each Transpose weighs what its own place says, whether the plan
-// adds it or removes it, so every plan carried out lowers one sum and none
-// can be undone by another (a weight of 0 when added but 1 when removed let
-// torch's batch-1 [S, 1, E] Transpose before a residual Add go down the
-// stream as two and back up as one, sweep after sweep).
+// adds it or removes it, so a plan and its reverse cannot both pay (a weight
+// of 0 when added but 1 when removed let torch's batch-1 [S, 1, E] Transpose
+// before a residual Add go down the stream as two and back up as one, sweep
+// after sweep).
 int Planner::weight(const Perm& perm, const Value* v, const Node* producer, const std::vector<const Node*>& readers,
                     bool graph_output) const {
   if (!unit_moves_only(perm, v)) return kWeight;

@@ -22,6 +22,9 @@ constexpr size_t kMaxRegion = 256;  // nodes one plan may move a Transpose throu
 constexpr int kWeight = 4;
 constexpr int kUnitWeight = 1;
 
+// A default-domain node that only changes its input's shape.
+bool reshape_like(const ir::Node* n);
+
 // A node that computes on untransposed data in the plan: it reads values
 // transposed by `perm` (and constants), as `push` says.
 struct Moved {
