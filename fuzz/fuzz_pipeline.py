@@ -11,7 +11,10 @@ refuses, or an output whose name, type, shape or values differ.
     python fuzz/fuzz_pipeline.py --source torch --seeds 0:500          # exported torch modules
 
 Exits non-zero when there is a finding. A seed whose own model onnxruntime
-refuses is counted as "invalid" (a generator limit, not a finding).
+refuses is counted as "invalid" (a generator limit, not a finding). A
+finding may still be a knife edge rather than a bug: a comparison or an
+integer cast of a value that a rewrite rounds differently (fused kernels
+and folded weights round differently) can flip; look at the values first.
 """
 
 from __future__ import annotations

@@ -468,8 +468,13 @@ class Builder:
 
     def cast(self):
         x = self.pick()
-        shape = self.shapes[x]
         to = int(self.rng.choice([TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT32, TensorProto.FLOAT]))
+        if to == TensorProto.INT32:
+            # Of a graph input only: after float math a value a rewrite rounds
+            # differently may cross an integer (a saturated Sigmoid's 1.0).
+            inputs = [n for n in self.order if n in self.feeds]
+            x = inputs[int(self.rng.integers(len(inputs)))]
+        shape = self.shapes[x]
         y = self.node("Cast", [x], None, to=to)
         self.node("Cast", [y], shape, to=TensorProto.FLOAT)
 
