@@ -367,3 +367,15 @@ def test_a_scores_scale_per_column_is_refused():
 def test_a_scores_product_read_elsewhere_stays():
     m, r = run_rule(RULE, scores(outputs=", float[2,2,5,5] s"))
     assert not r.modified and "Div" in ops(m)
+
+
+def test_a_bias_that_broadcasts_along_the_columns_is_scaled_to_them():
+    # b [2, 1] is one number per row: times one number per column it becomes
+    # [2, 4] (the check of the scaled bias once indexed it with b's shape: a crash).
+    proto = with_weights("""g (float[2,3] x) => (float[2,4] y) {
+        p = MatMul(x, w)
+        q = Add(p, b)
+        y = Mul(q, k)
+    }""", **rng_weights(w=(3, 4), b=(2, 1)), k=np.array([0.5, 2.0, 3.0, 0.25], np.float32))
+    m, _ = fused_by(RULE, proto)
+    assert ops(m) == ["MatMul", "Add"]

@@ -361,7 +361,8 @@ def _scaled(a: np.ndarray, k: np.ndarray, axis: int = -1):
         else:
             out = fold.scale_channels(a, np.broadcast_to(k.reshape(-1), (a.shape[axis],)), axis=axis % a.ndim)
     # Only a factor above 1 can overflow, only one below 1 flush: the big weights are read once more at most.
-    magnitude = np.abs(k)
+    # (A bias that broadcast along the columns has their shape now: compare it broadcast.)
+    magnitude, a = np.abs(k), np.broadcast_to(a, out.shape)
     if magnitude.max() > 1 and not np.all(np.isfinite(out)[np.isfinite(a)]):
         return "scaling overflows its element type"
     if magnitude.min() < 1 and np.any((out == 0) & (a != 0)):
