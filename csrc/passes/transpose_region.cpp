@@ -140,34 +140,25 @@ bool reshape_like(const Node* n) {
 
 namespace {
 
-// Whether a Transpose made by `producer` whose output goes to `readers`
-// (and nowhere else) sits beside a node that only reshapes.
-bool beside_reshape(const Node* producer, const std::vector<const Node*>& readers, bool graph_output) {
-  if (reshape_like(producer)) return true;
-  return !graph_output && !readers.empty() &&
-         std::all_of(readers.begin(), readers.end(), [](const Node* r) { return reshape_like(r); });
-}
-
-std::vector<const Node*> readers_of(const Value* v) {
-  std::vector<const Node*> out;
-  for (const Use& u : v->uses) out.push_back(u.node);
-  return out;
+// Whether something reads `v` and every reader only reshapes it.
+bool only_reshapes_read(const Value* v) {
+  if (v->is_graph_output() || v->uses.empty()) return false;
+  return std::all_of(v->uses.begin(), v->uses.end(), [](const Use& u) { return reshape_like(u.node); });
 }
 
 }  // namespace
 
 // What a Transpose weighs in a plan's count (transpose_region.h): one that
 // moves only size-1 axes becomes a Reshape, and one of those beside a node
-// that only reshapes then merges into it (collapse_reshapes): it costs
-// nothing. Each Transpose weighs what its own place says, whether the plan
-// adds it or removes it, so a plan and its reverse cannot both pay (a weight
-// of 0 when added but 1 when removed let torch's batch-1 [S, 1, E] Transpose
-// before a residual Add go down the stream as two and back up as one, sweep
-// after sweep).
-int Planner::weight(const Perm& perm, const Value* v, const Node* producer, const std::vector<const Node*>& readers,
-                    bool graph_output) const {
+// that only reshapes (`beside_reshape`) then merges into it
+// (collapse_reshapes): it costs nothing. Each Transpose weighs what its own
+// place says, whether the plan adds it or removes it, so a plan and its
+// reverse cannot both pay (a weight of 0 when added but 1 when removed let
+// torch's batch-1 [S, 1, E] Transpose before a residual Add go down the
+// stream as two and back up as one, sweep after sweep).
+int Planner::weight(const Perm& perm, const Value* v, bool beside_reshape) const {
   if (!unit_moves_only(perm, v)) return kWeight;
-  return beside_reshape(producer, readers, graph_output) ? 0 : kUnitWeight;
+  return beside_reshape ? 0 : kUnitWeight;
 }
 
 Roles Planner::roles(const Region& region) {
@@ -190,13 +181,13 @@ Roles Planner::roles(const Region& region) {
     const Value* existing = made_here ? nullptr : v->producer->inputs[0];
     bool outside = v->is_graph_output();
     bool for_attention = false;  // read by an Attention that takes the Transpose along (split_for_attention)
-    std::vector<const Node*> outside_readers;  // what the Transpose added for v would feed
+    bool outside_only_reshapes = true;  // every reader outside the region (the added Transpose's) only reshapes
     for (const Use& u : v->uses) {
       Node* n = u.node;
       if (auto it = moved.find(n); it != moved.end()) {
         if (it->second->push.inputs[static_cast<size_t>(u.index)].kind == PushedInput::kPermuted) continue;
         outside = true;  // it reads this value as it is (a parameter)
-        outside_readers.push_back(n);
+        outside_only_reshapes = outside_only_reshapes && reshape_like(n);
         continue;
       }
       const bool source = std::find(r.sources.begin(), r.sources.end(), n) != r.sources.end();
@@ -207,16 +198,16 @@ Roles Planner::roles(const Region& region) {
       else if (split_for_attention(*n, u.index, perm)) for_attention = true;
       else {
         outside = true;
-        outside_readers.push_back(n);
+        outside_only_reshapes = outside_only_reshapes && reshape_like(n);
       }
     }
     if (outside && made_here)  // its Transpose is added, between v's maker and the readers outside
-      r.delta += weight(perm, v, v->producer, outside_readers, v->is_graph_output());
+      r.delta += weight(perm, v, reshape_like(v->producer) || (outside_only_reshapes && !v->is_graph_output()));
     if (!outside && !for_attention && !made_here)  // its Transpose goes
-      r.delta -= weight(perm, v, v->producer->inputs[0]->producer, readers_of(v), v->is_graph_output());
+      r.delta -= weight(perm, v, reshape_like(v->producer->inputs[0]->producer) || only_reshapes_read(v));
   }
   for (const auto& [t, v] : r.cancelled)
-    r.delta -= weight(r.perm_of.at(v), v, v->producer, readers_of(t->outputs[0]), t->outputs[0]->is_graph_output());
+    r.delta -= weight(r.perm_of.at(v), v, reshape_like(v->producer) || only_reshapes_read(t->outputs[0]));
   return r;
 }
 

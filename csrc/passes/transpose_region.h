@@ -71,9 +71,9 @@ class Planner {
 
  private:
   bool unit_moves_only(const Perm& perm, const ir::Value* v) const;
-  // The weight of the Transpose of `v` (by `perm`) made by `producer`'s side and read by `readers`.
-  int weight(const Perm& perm, const ir::Value* v, const ir::Node* producer, const std::vector<const ir::Node*>& readers,
-             bool graph_output) const;
+  // The weight of the Transpose by `perm` that makes `v`; `beside_reshape`:
+  // the node making its input, or every node reading it, only reshapes.
+  int weight(const Perm& perm, const ir::Value* v, bool beside_reshape) const;
   bool split_for_attention(const ir::Node& n, int index, const Perm& perm) const;
   bool is_cache_concat(const ir::Node& n) const;
 
