@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pyonnxopt  # noqa: E402
 from pyonnxopt.check import session  # noqa: E402
+from pyonnxopt.errors import first_line  # noqa: E402
 from random_graphs import random_model  # noqa: E402
 
 # "fixed": --input-shape with the feeds' sizes (every named dim fixed);
@@ -56,10 +57,11 @@ class BugLog(logging.Handler):
             self.lines.append(message)
 
 
-def run(model: onnx.ModelProto, feeds: dict) -> dict:
+def runner(model: onnx.ModelProto):
+    """A function of feeds giving the model's outputs by name (one session)."""
     s = session(model.SerializeToString())
     names = [o.name for o in s.get_outputs()]
-    return dict(zip(names, s.run(None, feeds)))
+    return lambda feeds: dict(zip(names, s.run(None, feeds)))
 
 
 def differences(want: dict, have: dict, original: onnx.ModelProto, optimized: onnx.ModelProto) -> list:
@@ -94,7 +96,7 @@ def close(have: np.ndarray, want: np.ndarray) -> bool:
     return bool(np.allclose(have[finite], want[finite], rtol=1e-3, atol=1e-3 * scale))
 
 
-def other_sizes(model: onnx.ModelProto, feeds: dict, seed: int) -> tuple:
+def other_sizes(model: onnx.ModelProto, run, feeds: dict, seed: int) -> tuple:
     """Feeds with new sizes for the inputs' named dims (one size per name),
     and the original's outputs on them; (None, None) where the original
     does not run there or contradicts its own stated output dims. The
@@ -118,7 +120,7 @@ def other_sizes(model: onnx.ModelProto, feeds: dict, seed: int) -> tuple:
     if not sizes:
         return None, None
     try:
-        want, again = run(model, new), run(model, new)
+        want, again = run(new), run(new)
     except Exception:
         return None, None
     if any(want[k].size == 0 or not np.array_equal(want[k], again[k], equal_nan=True) for k in want):
@@ -143,11 +145,12 @@ def check_seed(seed: int, variants, verbose: bool = False, save: str | None = No
     try:
         model, feeds = make_model(source, seed)
         onnx.checker.check_model(model)
-        want = run(model, feeds)
+        run = runner(model)
+        want = run(feeds)
     except Exception as e:  # the generator's limit (or bug): onnxruntime refuses its own model
         return "invalid", [f"seed {seed}: invalid model: {type(e).__name__}: {first_line(e)[:200]}"]
     full_check = checks_fully(model)
-    other_feeds, other_want = other_sizes(model, feeds, seed)
+    other_feeds, other_want = other_sizes(model, run, feeds, seed)
     lines = []
     bugs = BugLog()
     logging.getLogger("pyonnxopt").addHandler(bugs)
@@ -160,10 +163,12 @@ def check_seed(seed: int, variants, verbose: bool = False, save: str | None = No
             optimized, _ = pyonnxopt.optimize(model, check_outputs=False, **options)
             proto = optimized.to_onnx()
             onnx.checker.check_model(proto, full_check=full_check)
-            problems = differences(want, run(proto, feeds), model, proto)
+            run_optimized = runner(proto)
+            problems = differences(want, run_optimized(feeds), model, proto)
             if other_feeds is not None and not problems and variant != "fixed":
                 sizes = {k: list(v.shape) for k, v in other_feeds.items()}
-                problems = [f"at {sizes}: {p}" for p in differences(other_want, run(proto, other_feeds), model, proto)]
+                there = differences(other_want, run_optimized(other_feeds), model, proto)
+                problems = [f"at {sizes}: {p}" for p in there]
         except Exception as e:
             if isinstance(e, pyonnxopt.errors.Error) and str(e).startswith("--opset"):
                 # onnx's version converter failed, and the error says so: a refusal
@@ -194,10 +199,6 @@ def checks_fully(model: onnx.ModelProto) -> bool:
         return True
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
         return False
-
-
-def first_line(e: Exception) -> str:
-    return (str(e).splitlines() or [""])[0]
 
 
 def parse_seeds(text: str) -> range:

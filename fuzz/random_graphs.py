@@ -44,7 +44,7 @@ class Builder:
         self.initializers: list = []
         self.inputs: list = []
         self.feeds: dict = {}
-        self.shapes: dict = {}  # float values only: name -> shape
+        self.shapes: dict = {}  # name -> shape: node outputs (floats) and constants
         self.order: list = []  # float values, oldest first
         self.count = 0
 
@@ -61,6 +61,7 @@ class Builder:
             self.nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, name)))
         else:
             self.initializers.append(numpy_helper.from_array(array, name))
+        self.shapes[name] = array.shape
         return name
 
     def ints(self, values) -> str:
@@ -134,6 +135,20 @@ class Builder:
             return [self.ints(axes)], {}
         return [], {"axes": list(axes)}
 
+    def positive(self, x: str) -> str:
+        """|x| + 0.5: never 0, never negative."""
+        shape = self.shapes[x]
+        return self.node("Add", [self.node("Abs", [x], shape), self.const(np.float32(0.5))], shape)
+
+    def batchnorm(self, y: str, channels: int, random_epsilon: bool = False) -> str:
+        """An inference BatchNormalization of y, random statistics (the
+        variance positive), along axis 1."""
+        stats = [self.value((channels,), special=False) for _ in range(3)]
+        stats.append(self.value((channels,), special=False, positive=True))
+        inputs = [y] + [self.const(v) for v in stats]
+        attrs = {"epsilon": float(self.rng.choice([1e-5, 1e-3]))} if random_epsilon else {}
+        return self.node("BatchNormalization", inputs, self.shapes[y], **attrs)
+
     def unsqueeze0(self, x: str, shape):
         inputs, attrs = self.axes_input([0], 13)
         return self.node("Unsqueeze", [x] + inputs, shape, **attrs)
@@ -146,7 +161,7 @@ class Builder:
                               "HardSigmoid", "Sqrt", "Exp", "Reciprocal"])
         shape = self.shapes[x]
         if op in ("Sqrt", "Reciprocal"):  # of a positive value
-            x = self.node("Add", [self.node("Abs", [x], shape), self.const(np.float32(0.5))], shape)
+            x = self.positive(x)
         if op == "Exp":
             x = self.node("Tanh", [x], shape)
         attrs = {"alpha": float(self.rng.choice([0.01, 0.2]))} if op == "LeakyRelu" else {}
@@ -164,7 +179,7 @@ class Builder:
         if op != "Pow" and self.chance(0.3):
             operands.reverse()
             if op == "Div":  # a value that is never 0 below
-                operands[1] = self.node("Add", [self.node("Abs", [x], shape), self.const(np.float32(0.5))], shape)
+                operands[1] = self.positive(x)
         self.node(op, operands, np.broadcast_shapes(shape, cshape))
 
     def binary_values(self):
@@ -308,25 +323,14 @@ class Builder:
                 continue
             parts.append(same if same is not None and self.chance(0.6) else self.const(self.value(tuple(other))))
         out = list(shape)
-        out[axis] = sum(self.shape_of(p)[axis] for p in parts)
+        out[axis] = sum(self.shapes[p][axis] for p in parts)
         y = self.node("Concat", parts, tuple(out), axis=axis)
         if self.chance(0.5):  # take a part back out
             k = int(self.rng.integers(len(parts)))
-            start = sum(self.shape_of(p)[axis] for p in parts[:k])
-            size = self.shape_of(parts[k])[axis]
+            start = sum(self.shapes[p][axis] for p in parts[:k])
+            size = self.shapes[parts[k]][axis]
             out[axis] = size
             self.node("Slice", [y, self.ints([start]), self.ints([start + size]), self.ints([axis])], tuple(out))
-
-    def shape_of(self, name: str):
-        if name in self.shapes:
-            return self.shapes[name]
-        for t in self.initializers:
-            if t.name == name:
-                return tuple(t.dims)
-        for n in self.nodes:
-            if n.op_type == "Constant" and n.output[0] == name:
-                return tuple(n.attribute[0].t.dims)
-        raise KeyError(name)
 
     def split(self):
         x = self.pick(lambda s: max(s) >= 2)
@@ -421,7 +425,7 @@ class Builder:
         y = self.node("MatMul", [x, self.const(self.value(wshape, special=False))], out)
         if self.chance(0.6):  # its bias
             b = self.const(self.value((m,) if self.chance(0.7) else self.broadcastable(out)))
-            self.node("Add", [y, b] if self.chance(0.7) else [b, y], np.broadcast_shapes(out, self.shape_of(b)))
+            self.node("Add", [y, b] if self.chance(0.7) else [b, y], np.broadcast_shapes(out, self.shapes[b]))
 
     def gemm(self):
         x = self.pick(lambda s: len(s) == 2)
@@ -447,9 +451,9 @@ class Builder:
         other = self.pick(lambda s: _broadcasts(s, shape))
         if other is None or self.chance(0.5):
             other = self.const(self.value(self.broadcastable(shape)))
-        if not _broadcasts(shape, cshape, self.shape_of(other)):
+        if not _broadcasts(shape, cshape, self.shapes[other]):
             return
-        out = np.broadcast_shapes(shape, cshape, self.shape_of(other))
+        out = np.broadcast_shapes(shape, cshape, self.shapes[other])
         if math.prod(out) <= MAX_ELEMENTS:
             self.node("Where", [cond, x, other] if self.chance(0.5) else [cond, other, x], out)
 
@@ -649,10 +653,7 @@ class Builder:
         y = self.node("Conv", inputs, (n, m, oh, ow), group=group, kernel_shape=[k, k], strides=[stride] * 2,
                       dilations=[dilation] * 2, pads=[pad] * 4)
         if self.chance(0.6):
-            stats = [self.value((m,), special=False), self.value((m,), special=False),
-                     self.value((m,), special=False), self.value((m,), special=False, positive=True)]
-            y = self.node("BatchNormalization", [y] + [self.const(s) for s in stats], (n, m, oh, ow),
-                          epsilon=float(self.rng.choice([1e-5, 1e-3])))
+            y = self.batchnorm(y, m, random_epsilon=True)
         if self.chance(0.4):
             cshape = [(m, 1, 1), (1, m, 1, 1), (1,), ()][int(self.rng.integers(4))]
             y = self.node(str(self.rng.choice(["Add", "Mul"])), [y, self.const(self.value(cshape))],
@@ -689,9 +690,7 @@ class Builder:
                                self.const(self.value((c,), special=False))], (n, c, h, w),
                       kernel_shape=[k, k], pads=[k // 2] * 4)
         if self.chance(0.5):
-            stats = [self.value((c,), special=False) for _ in range(3)] + [self.value((c,), special=False,
-                                                                                      positive=True)]
-            y = self.node("BatchNormalization", [y] + [self.const(v) for v in stats], (n, c, h, w))
+            y = self.batchnorm(y, c)
         y = self.node("Add", [y, x] if self.chance(0.5) else [x, y], (n, c, h, w))
         self.node(str(self.rng.choice(["Relu", "Relu", "Sigmoid", "LeakyRelu"])), [y], (n, c, h, w))
 
@@ -730,9 +729,7 @@ class Builder:
         y = self.node("ConvTranspose", [x, self.const(self.value((c, m, k, k), special=False))], out,
                       kernel_shape=[k, k], strides=[stride, stride])
         if self.chance(0.7):
-            stats = [self.value((m,), special=False) for _ in range(3)] + [self.value((m,), special=False,
-                                                                                      positive=True)]
-            self.node("BatchNormalization", [y] + [self.const(v) for v in stats], out)
+            self.batchnorm(y, m)
 
     def gemm_batchnorm(self):
         x = self.pick(lambda s: len(s) == 2)
@@ -742,8 +739,7 @@ class Builder:
         m = int(self.rng.integers(1, 6))
         y = self.node("Gemm", [x, self.const(self.value((k, m), special=False)),
                                self.const(self.value((m,), special=False))], (n, m))
-        stats = [self.value((m,), special=False) for _ in range(3)] + [self.value((m,), special=False, positive=True)]
-        self.node("BatchNormalization", [y] + [self.const(v) for v in stats], (n, m))
+        self.batchnorm(y, m)
 
     def recurrent(self):
         """An LSTM or GRU over [T, B, I], its initial states zeros (or not)."""
@@ -958,7 +954,7 @@ class Builder:
                                  producer_name="random_graphs")
 
 
-def random_model(seed: int, steps: int | None = None) -> tuple:
+def random_model(seed: int) -> tuple:
     rng = np.random.default_rng(seed)
     builder = Builder(rng, int(rng.choice(OPSETS)), agnostic=bool(rng.random() < 0.3))
     for _ in range(int(rng.integers(1, 4))):
@@ -969,7 +965,7 @@ def random_model(seed: int, steps: int | None = None) -> tuple:
         else:
             rank = int(rng.integers(1, 5))
             builder.add_input(tuple(int(d) for d in rng.integers(1, 7, rank)))
-    builder.grow(steps if steps is not None else int(rng.integers(3, 40)))
+    builder.grow(int(rng.integers(3, 40)))
     return builder.model(), builder.feeds
 
 

@@ -16,6 +16,7 @@ model on the same torch.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import warnings
@@ -26,6 +27,7 @@ import onnx
 OPSETS = (14, 16, 17, 18)  # scaled_dot_product_attention exports from 14
 
 
+@functools.cache  # torch's import and the classes, once
 def _modules():
     import torch
     from torch import nn
