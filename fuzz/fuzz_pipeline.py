@@ -9,6 +9,7 @@ refuses, or an output whose name, type, shape or values differ.
     python fuzz/fuzz_pipeline.py --seeds 0:2000 --save /tmp/findings
     python fuzz/fuzz_pipeline.py --seeds 1234 --variants opset23 -v   # one seed again
     python fuzz/fuzz_pipeline.py --source torch --seeds 0:500          # exported torch modules
+    python fuzz/fuzz_pipeline.py --dtype float16 --seeds 0:2000        # the same models in half precision
 
 Exits non-zero when there is a finding. A seed whose own model onnxruntime
 refuses is counted as "invalid" (a generator limit, not a finding). A
@@ -34,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pyonnxopt  # noqa: E402
 from pyonnxopt.check import session  # noqa: E402
 from pyonnxopt.errors import first_line  # noqa: E402
+from float16 import to_float16  # noqa: E402
 from random_graphs import random_model  # noqa: E402
 
 # "fixed": --input-shape with the feeds' sizes (every named dim fixed);
@@ -85,15 +87,17 @@ def differences(want: dict, have: dict, original: onnx.ModelProto, optimized: on
 
 
 def close(have: np.ndarray, want: np.ndarray) -> bool:
-    """Equal NaNs and infinities; finite values within float32 reassociation."""
+    """Equal NaNs and infinities; finite values within reassociation's
+    rounding (a thousandth in float32, a hundredth in float16)."""
     if have.dtype.kind != "f":
         return np.array_equal(have, want)
+    tolerance = 1e-2 if have.dtype == np.float16 else 1e-3
     finite = np.isfinite(want)
     if not np.array_equal(np.isnan(have), np.isnan(want)) or not np.array_equal(have[~finite & ~np.isnan(want)],
                                                                                  want[~finite & ~np.isnan(want)]):
         return False
     scale = max(1.0, float(np.abs(want[finite]).max())) if finite.any() else 1.0
-    return bool(np.allclose(have[finite], want[finite], rtol=1e-3, atol=1e-3 * scale))
+    return bool(np.allclose(have[finite], want[finite], rtol=tolerance, atol=tolerance * scale))
 
 
 def other_sizes(model: onnx.ModelProto, run, feeds: dict, seed: int) -> tuple:
@@ -116,7 +120,7 @@ def other_sizes(model: onnx.ModelProto, run, feeds: dict, seed: int) -> tuple:
             if d.dim_param and size > 1:  # (a named dim of 1 may broadcast by chance: it stays)
                 sizes.setdefault(d.dim_param, int(rng.choice([s for s in range(2, 8) if s != size])))
             dims.append(sizes.get(d.dim_param, size))
-        new[i.name] = rng.standard_normal(dims).astype(np.float32)
+        new[i.name] = rng.standard_normal(dims).astype(feeds[i.name].dtype)
     if not sizes:
         return None, None
     try:
@@ -132,18 +136,21 @@ def other_sizes(model: onnx.ModelProto, run, feeds: dict, seed: int) -> tuple:
     return new, want
 
 
-def make_model(source: str, seed: int) -> tuple:
+def make_model(source: str, seed: int, dtype: str = "float32") -> tuple:
     if source == "torch":
         from random_torch import random_torch_model
 
-        return random_torch_model(seed)
-    return random_model(seed)
+        model, feeds = random_torch_model(seed)
+    else:
+        model, feeds = random_model(seed)
+    return to_float16(model, feeds) if dtype == "float16" else (model, feeds)
 
 
-def check_seed(seed: int, variants, verbose: bool = False, save: str | None = None, source: str = "graphs") -> tuple:
+def check_seed(seed: int, variants, verbose: bool = False, save: str | None = None, source: str = "graphs",
+               dtype: str = "float32") -> tuple:
     """(status, lines): status is "ok", "invalid" or "finding"."""
     try:
-        model, feeds = make_model(source, seed)
+        model, feeds = make_model(source, seed, dtype)
         onnx.checker.check_model(model)
         run = runner(model)
         want = run(feeds)
@@ -184,9 +191,10 @@ def check_seed(seed: int, variants, verbose: bool = False, save: str | None = No
             lines += [f"seed {seed} {variant}: {p}" for p in problems]
             if save:
                 os.makedirs(save, exist_ok=True)
-                onnx.save(model, os.path.join(save, f"{source}{seed}.onnx"))
+                stem = os.path.join(save, f"{source}{seed}" + ("_float16" if dtype == "float16" else ""))
+                onnx.save(model, stem + ".onnx")
                 if proto is not None:
-                    onnx.save(proto, os.path.join(save, f"{source}{seed}_{variant}.onnx"))
+                    onnx.save(proto, f"{stem}_{variant}.onnx")
     logging.getLogger("pyonnxopt").removeHandler(bugs)
     return ("finding" if lines else "ok"), lines
 
@@ -214,6 +222,8 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: " + ", ".join(VARIANTS))
     ap.add_argument("--source", choices=["graphs", "torch"], default="graphs",
                     help="random graphs (fuzz/random_graphs.py) or exported torch modules (fuzz/random_torch.py)")
+    ap.add_argument("--dtype", choices=["float32", "float16"], default="float32",
+                    help="float16: every float32 type, tensor and Cast of the model made float16 (fuzz/float16.py)")
     ap.add_argument("--save", help="folder for the models of each finding")
     ap.add_argument("-v", "--verbose", action="store_true", help="tracebacks, and the invalid seeds' reasons")
     args = ap.parse_args(argv)
@@ -224,7 +234,7 @@ def main(argv=None) -> int:
     counts = {"ok": 0, "invalid": 0, "finding": 0}
     start = time.time()
     for seed in parse_seeds(args.seeds):
-        status, lines = check_seed(seed, variants, args.verbose, args.save, args.source)
+        status, lines = check_seed(seed, variants, args.verbose, args.save, args.source, args.dtype)
         counts[status] += 1
         for line in lines if status == "finding" or args.verbose else []:
             print(line, flush=True)

@@ -10,7 +10,8 @@ rules look for, written as exporters write them, on random shapes and with
 random extra readers of their intermediates: Conv with BatchNormalization
 and activations, Pad before a Conv or pool, MatMul and bias, LayerNorm,
 RMSNorm and GELU decompositions, attention blocks, shape arithmetic
-feeding a Reshape, residual Conv and MLP blocks, If branches. Constants
+feeding a Reshape, residual Conv and MLP blocks, If branches; one graph in
+ten lists every initializer among its inputs too. Constants
 are 0, 1 and other values the identities look for about a third of the
 time, and sometimes a value close to them (which must not be taken for
 them). A third of the graphs are size-agnostic (see Builder).
@@ -949,7 +950,10 @@ class Builder:
             stated = [helper.make_tensor_value_info(n, TensorProto.FLOAT, self.shapes[n] if self.chance(0.8) else
                                                     [None] * len(self.shapes[n]))
                       for n in self.order if n not in self.feeds and n not in extra + [last] and self.chance(0.3)]
-        graph = helper.make_graph(self.nodes, "random", self.inputs, outputs, self.initializers, value_info=stated)
+        inputs = list(self.inputs)
+        if self.chance(0.1):  # every initializer listed as an input too (keep_initializers_as_inputs); drawn last
+            inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in self.initializers]
+        graph = helper.make_graph(self.nodes, "random", inputs, outputs, self.initializers, value_info=stated)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)], ir_version=10,
                                  producer_name="random_graphs")
 

@@ -55,6 +55,8 @@ def model_info(model: Model) -> dict:
         "node_count_all_graphs": sum(len(g) for g in graphs),
         "op_counts": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
         "initializer_count": len(initializers),
+        # (overridable from IR 4: see optimize's initializer_inputs)
+        "initializer_input_count": sum(1 for v in main.inputs if v.initializer is not None) if main else 0,
         "initializer_bytes": sum(t.nbytes for t in initializers),
         "external_data": sorted(external.values(), key=lambda e: e["location"]),
         "external_bytes": sum(e["bytes"] for e in external.values()),

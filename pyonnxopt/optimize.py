@@ -65,11 +65,18 @@ class Start:
     model: Model
     kept_outputs: list
     fixed: list
+    initializer_inputs: Optional[dict] = None  # {"listed": n, "as": "constants" | "inputs"} where any is listed
+
+
+INITIALIZER_INPUTS = ("auto", "constants", "inputs")
 
 
 def prepare(source, exclude_nodes: Iterable[str] = (), prune_outputs: Iterable[str] = (),
-            input_shapes: Optional[dict] = None, batch: Optional[int] = None, opset: Optional[int] = None) -> Start:
+            input_shapes: Optional[dict] = None, batch: Optional[int] = None, opset: Optional[int] = None,
+            initializer_inputs: str = "auto") -> Start:
     """The model the passes start from, as `optimize` prepares it."""
+    if initializer_inputs not in INITIALIZER_INPUTS:
+        raise ValueError(f"initializer_inputs {initializer_inputs!r}: expected one of {', '.join(INITIALIZER_INPUTS)}")
     if isinstance(source, Model):  # possibly edited in memory: its current state counts, not its file
         original_ref = source.to_bytes()
         original = source
@@ -78,25 +85,42 @@ def prepare(source, exclude_nodes: Iterable[str] = (), prune_outputs: Iterable[s
         original_ref = original.path or original.to_bytes()
     # The passes work on their own copy: the caller's model stays as it was.
     model = load(original_ref)
-    _unlist_initializer_inputs(model)
+    listed = _unlist_initializer_inputs(model, initializer_inputs)
     if opset is not None:
         model = upgrade(model, opset, original.path)
     _pin(model, exclude_nodes)
     _prune(model, prune_outputs)
     kept_outputs = [v.name for v in model.graph.outputs]
     fixed = shapes.fix_input_shapes(model, input_shapes or {}, batch) if input_shapes or batch is not None else []
-    return Start(original, original_ref, model, kept_outputs, fixed)
+    return Start(original, original_ref, model, kept_outputs, fixed, listed)
 
 
-def _unlist_initializer_inputs(model: Model) -> None:
-    """IR 3 lists every initializer among the graph inputs, and onnxruntime
-    reads them as the constants they are there (an input overrides its
-    initializer from IR 4 only); pyonnxopt would read them as inputs and
-    fold nothing. They become plain initializers, at IR 4 (which opsets up
-    to 9 go with), as onnxsim and onnxslim write them."""
-    if model.ir_version is not None and model.ir_version < 4 and model.graph is not None:
-        if model.graph.unlist_initializer_inputs():
+def _unlist_initializer_inputs(model: Model, mode: str) -> Optional[dict]:
+    """Initializers that are also graph inputs. IR 3 lists every initializer
+    among the inputs, and onnxruntime reads them as the constants they are
+    there: they become plain initializers, at IR 4 (which opsets up to 9 go
+    with), as onnxsim and onnxslim write them. From IR 4 such an input
+    overrides its initializer, so nothing reading it folds or fuses (no
+    BatchNormalization into its Conv). "auto" takes them as constants where
+    every initializer is listed (an exporter's habit: torch's
+    keep_initializers_as_inputs, old tf2onnx), and keeps them as inputs
+    where only some are (defaults a user may mean to override: a threshold,
+    a scale); "constants" and "inputs" decide for every model. Returns what
+    was found and done, or None where no initializer is an input."""
+    graph = model.graph
+    if graph is None:
+        return None
+    listed = sum(1 for v in graph.inputs if v.initializer is not None)
+    if not listed:
+        return None
+    old_ir = model.ir_version is not None and model.ir_version < 4
+    every = listed == len(graph.initializers)
+    if old_ir or mode == "constants" or (mode == "auto" and every):
+        graph.unlist_initializer_inputs()
+        if old_ir:
             model._core.ir_version = 4
+        return {"listed": listed, "as": "constants", "every": every}
+    return {"listed": listed, "as": "inputs", "every": every}
 
 
 def optimize(
@@ -119,6 +143,7 @@ def optimize(
     check_inputs: Optional[dict] = None,
     target: str = "onnx",
     opset: Optional[int] = None,
+    initializer_inputs: str = "auto",
     verify_each_pass: bool = False,
     progress=None,
 ) -> tuple:
@@ -134,13 +159,19 @@ def optimize(
     `opset` upgrades the model's ai.onnx opset first (onnx's version
     converter), so that fusions may emit the newer standard ops (Gelu at 20,
     Attention and RMSNormalization at 23); never a downgrade.
+    `initializer_inputs`: how to read initializers that are also graph
+    inputs (from IR 4 an input overrides them): "constants" folds them and
+    drops them from the inputs, "inputs" keeps them overridable (nothing
+    reading them folds), "auto" takes them as constants only where every
+    initializer is listed (an exporter's habit). IR 3 models always list
+    them all, and they are constants there.
     `verify_each_pass` checks the model against the original after every pass
     that changed it and stops at the first that changes an output, raising
     VerificationError naming that pass and, where it can be isolated, the
     rewrite (see pyonnxopt.verify.bisect)."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
-    start = prepare(source, exclude_nodes, prune_outputs, input_shapes, batch, opset)
+    start = prepare(source, exclude_nodes, prune_outputs, input_shapes, batch, opset, initializer_inputs)
     original, original_ref, model, kept_outputs, fixed = (start.original, start.original_ref, start.model,
                                                          start.kept_outputs, start.fixed)
     before = _op_counts(original)
@@ -171,8 +202,10 @@ def optimize(
         "op_counts_before": before,
         "op_counts_after": _op_counts(model),
         "inputs_fixed": fixed,
+        "initializer_inputs": start.initializer_inputs,
         "options": {"fold_size_limit": fold_size_limit, "allow_lossy": allow_lossy,
-                    "remove_training_residue": remove_training_residue, "target": target, "opset": opset},
+                    "remove_training_residue": remove_training_residue, "target": target, "opset": opset,
+                    "initializer_inputs": initializer_inputs},
         "opset_before": default_opset(original),
         "opset_after": default_opset(model),
         "iterations": pipeline.iterations,
@@ -211,7 +244,8 @@ def optimize(
             if report["opset_after"] != report["opset_before"]:
                 # The converter's own doing, or the passes'? The model it
                 # wrote is made again (only on this path) and checked alone.
-                converted = prepare(original_ref, exclude_nodes, prune_outputs, input_shapes, batch, opset).model
+                converted = prepare(original_ref, exclude_nodes, prune_outputs, input_shapes, batch, opset,
+                                    initializer_inputs).model
                 try:
                     converted_ref = converted.to_bytes()
                 except ModelError:  # past 2 GB inline: the passes' mismatch is all we can say

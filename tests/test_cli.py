@@ -25,6 +25,7 @@ def test_info_json(cnn_path, capsys):
     assert info["node_count"] == 16 and info["op_counts"]["Conv"] == 2
     assert info["inputs"] == [{"name": "image", "type": "float32[N,3,32,32]", "dtype": "float32", "shape": ["N", 3, 32, 32]}]
     assert info["initializer_count"] == 12 and info["initializer_bytes"] > 20000
+    assert info["initializer_input_count"] == 0
     assert info["external_data"] == [] and info["function_count"] == 0
 
 
@@ -124,11 +125,11 @@ def test_optimize_flags_reach_the_report(cnn_path, tmp_path, capsys):
     report = tmp_path / "r.json"
     rc = main(["optimize", str(cnn_path), str(tmp_path / "o.onnx"), "--fold-size-limit", "64KiB", "--allow-lossy",
                "--remove-training-residue", "--batch", "1", "--check-inputs", str(inputs), "--report", str(report),
-               "--target", "ort", "--opset", "18"])
+               "--target", "ort", "--opset", "18", "--initializer-inputs", "inputs"])
     assert rc == 0
     r = json.loads(report.read_text())
     assert r["options"] == {"fold_size_limit": 65536, "allow_lossy": True, "remove_training_residue": True,
-                            "target": "ort", "opset": 18}
+                            "target": "ort", "opset": 18, "initializer_inputs": "inputs"}
     assert (r["opset_before"], r["opset_after"]) == (17, 18)
     assert r["check"]["first_mismatch"] is None and r["check"]["seed"] is None
     assert "checked in onnxruntime: 1 outputs match" in capsys.readouterr().out

@@ -134,34 +134,67 @@ def test_dims_the_weights_fix_are_checked_at_their_size(tmp_path):
     assert report["check"]["samples"] == 2  # the doubled sample keeps 3 channels too
 
 
-@pytest.mark.parametrize("ir_version", [3, 4])
-def test_ir_3_initializers_listed_as_inputs_are_constants(tmp_path, ir_version):
-    # IR 3 lists every initializer among the inputs (the model zoo's opset-7 to 9 models); from IR 4 one so
-    # listed may be fed, and stays an input
+def _conv_bn_with_initializer_inputs(tmp_path, ir_version: int, listed: tuple):
+    """Conv + BatchNormalization whose `listed` initializers are graph inputs too."""
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(0)
     weights = {"w": rng.standard_normal((4, 3, 3, 3)), "scale": rng.random(4) + 0.5, "bias": rng.standard_normal(4),
                "mean": rng.standard_normal(4), "var": rng.random(4) + 0.5}
     inits = [numpy_helper.from_array(a.astype(np.float32), name) for name, a in weights.items()]
+    declared = [helper.make_tensor_value_info(t.name, onnx.TensorProto.FLOAT, list(t.dims)) for t in inits
+                if t.name in listed]
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
          helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"])], "g",
-        [helper.make_tensor_value_info(t.name, onnx.TensorProto.FLOAT, list(t.dims)) for t in inits[:2]]
-        + [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])]
-        + [helper.make_tensor_value_info(t.name, onnx.TensorProto.FLOAT, list(t.dims)) for t in inits[2:]],
+        declared[:2] + [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])] + declared[2:],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=ir_version)
     path = tmp_path / "zoo.onnx"
-    onnx.save(model, path)
-    _, report = optimize(str(path), str(tmp_path / "out.onnx"))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)], ir_version=ir_version), path)
+    return path
+
+
+EVERY = ("w", "scale", "bias", "mean", "var")
+
+
+@pytest.mark.parametrize("ir_version, listed, mode, folded", [
+    (3, EVERY, "auto", True),  # IR 3 lists every initializer (the model zoo's opset-7 to 9 models): constants
+    (3, EVERY, "inputs", True),  # there, whatever is asked
+    (4, EVERY, "auto", True),  # every one listed from IR 4: torch's keep_initializers_as_inputs
+    (4, EVERY, "inputs", False),
+    (8, ("scale",), "auto", False),  # one listed: a default the user may override
+    (8, ("scale",), "constants", True),
+])
+def test_initializers_listed_as_inputs(tmp_path, ir_version, listed, mode, folded):
+    path = _conv_bn_with_initializer_inputs(tmp_path, ir_version, listed)
+    _, report = optimize(str(path), str(tmp_path / "out.onnx"), initializer_inputs=mode)
     assert report["check"]["first_mismatch"] is None
+    assert report["initializer_inputs"] == {"listed": len(listed), "as": "constants" if folded else "inputs",
+                                            "every": listed == EVERY}
     out = onnx.load(tmp_path / "out.onnx")
-    if ir_version == 3:
+    if folded:
         assert [n.op_type for n in out.graph.node] == ["Conv"] and [i.name for i in out.graph.input] == ["x"]
-        assert out.ir_version == 4 and out.graph.input[0].type.tensor_type.shape.dim[3].dim_value == 8
+        assert out.ir_version == max(ir_version, 4) and out.graph.input[0].type.tensor_type.shape.dim[3].dim_value == 8
     else:
-        assert [n.op_type for n in out.graph.node] == ["Conv", "BatchNormalization"] and len(out.graph.input) == 6
+        assert [n.op_type for n in out.graph.node] == ["Conv", "BatchNormalization"]
+        assert len(out.graph.input) == 1 + len(listed)
+
+
+def test_the_cli_says_what_became_of_initializer_inputs(tmp_path, capsys):
+    path = _conv_bn_with_initializer_inputs(tmp_path, 8, ("scale",))
+    assert main(["optimize", str(path), str(tmp_path / "out.onnx")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "1 initializers were also a graph input: kept as inputs" in said
+    assert "--initializer-inputs constants folds them" in said
+    with pytest.raises(SystemExit) as e:
+        main(["optimize", str(path), str(tmp_path / "out.onnx"), "--initializer-inputs", "constant"])
+    assert e.value.code == 2 and "--initializer-inputs: invalid choice" in capsys.readouterr().err
+    assert main(["info", str(path)]) == 0
+    assert ", 1 also graph inputs" in capsys.readouterr().out
+    report = tmp_path / "report.json"
+    assert main(["optimize", str(path), str(tmp_path / "out.onnx"), "--initializer-inputs", "constants",
+                 "--report", str(report)]) == 0
+    assert json.loads(report.read_text())["initializer_inputs"]["as"] == "constants"
 
 
 def test_an_ir_3_model_without_initializer_inputs_keeps_its_inputs_typed(tmp_path):

@@ -1,7 +1,8 @@
 """The whole pipeline on random graphs (fuzz/random_graphs.py) and random
 torch modules (fuzz/random_torch.py), against onnxruntime: every variant's
 result runs and gives the original's outputs. `python
-fuzz/fuzz_pipeline.py --seeds A:B [--source torch]` runs many more seeds."""
+fuzz/fuzz_pipeline.py --seeds A:B [--source torch] [--dtype float16]` runs
+many more seeds."""
 
 import os
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fuzz"))
 
+from float16 import to_float16  # noqa: E402
 from fuzz_pipeline import VARIANTS, check_seed, close  # noqa: E402
 from random_graphs import random_model  # noqa: E402
 
@@ -20,6 +22,41 @@ pytest.importorskip("onnxruntime")
 def test_random_graph(seed):
     status, lines = check_seed(seed, list(VARIANTS))
     assert status == "ok", "\n".join(lines)
+
+
+@pytest.mark.parametrize("seed", range(1000, 1010))
+def test_random_graph_in_float16(seed):
+    status, lines = check_seed(seed, list(VARIANTS), dtype="float16")
+    assert status == "ok", "\n".join(lines)
+
+
+def test_float16_makes_every_float_half_and_leaves_the_rest():
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    then = helper.make_graph([helper.make_node("Constant", [], ["t"], value_floats=[1.0, 2.0])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["f"], to=TensorProto.FLOAT),
+         helper.make_node("ConstantOfShape", ["n"], ["z"], value=numpy_helper.from_array(np.array([0.5], np.float32))),
+         helper.make_node("If", ["c"], ["b"], then_branch=then, else_branch=then)], "g",
+        [helper.make_tensor_value_info("i", TensorProto.INT32, [2]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "fzb"],
+        [numpy_helper.from_array(np.array([2], np.int64), "n"), numpy_helper.from_array(np.ones(2, np.float32), "w")])
+    model = helper.make_model(graph)
+    half, feeds = to_float16(model, {"i": np.arange(2, dtype=np.int32), "x": np.ones(2, np.float32)})
+    assert [o.type.tensor_type.elem_type for o in half.graph.output] == [TensorProto.FLOAT16] * 3
+    assert half.graph.node[0].attribute[0].i == TensorProto.FLOAT16
+    assert half.graph.node[1].attribute[0].t.data_type == TensorProto.FLOAT16
+    body = half.graph.node[2].attribute[0].g
+    assert body.node[0].attribute[0].t.data_type == TensorProto.FLOAT16
+    assert body.output[0].type.tensor_type.elem_type == TensorProto.FLOAT16
+    assert [t.data_type for t in half.graph.initializer] == [TensorProto.INT64, TensorProto.FLOAT16]
+    assert feeds["i"].dtype == np.int32 and feeds["x"].dtype == np.float16
+    assert model.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT  # the original stays
+    onnx.checker.check_model(half)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -48,3 +85,6 @@ def test_the_comparison_sees_a_changed_value_a_nan_and_a_changed_infinity():
     assert not close(np.array([1.0, 0.0, np.inf, -2.0], np.float32), want)
     assert not close(np.array([1.0, np.nan, -np.inf, -2.0], np.float32), want)
     assert close(np.array([1.0 + 1e-6, np.nan, np.inf, -2.0], np.float32), want)
+    half = want.astype(np.float16)
+    assert close(np.array([1.005, np.nan, np.inf, -2.0], np.float16), half)  # half's rounding
+    assert not close(np.array([1.05, np.nan, np.inf, -2.0], np.float16), half)

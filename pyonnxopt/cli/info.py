@@ -45,7 +45,9 @@ def render(info: dict) -> None:
         ("opsets", opsets or "-"),
         ("producer", producer or "-"),
         ("nodes", f"{info['node_count']} in the main graph, {info['node_count_all_graphs']} in all graphs"),
-        ("initializers", f"{info['initializer_count']} ({human_bytes(info['initializer_bytes'])})"),
+        ("initializers", f"{info['initializer_count']} ({human_bytes(info['initializer_bytes'])})"
+                         + (f", {info['initializer_input_count']} also graph inputs" if info["initializer_input_count"]
+                            else "")),
         ("sparse initializers", str(info["sparse_initializer_count"])),
         ("subgraphs", str(info["subgraph_count"])),
         ("training info", str(info["training_info_count"])),

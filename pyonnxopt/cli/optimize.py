@@ -33,6 +33,10 @@ def add_parser(sub):
     p.add_argument("--opset", type=int, metavar="N",
                    help="first upgrade the model to ai.onnx opset N (onnx's version converter), so fusions may emit "
                         "newer standard ops: Gelu (20), Attention and RMSNormalization (23); never downgrades")
+    p.add_argument("--initializer-inputs", choices=["auto", "constants", "inputs"], default="auto",
+                   help="initializers also listed as graph inputs (overridable from IR 4, so nothing reading them "
+                        "folds): constants: fold them and drop them from the inputs; inputs: keep them; auto "
+                        "(default): constants where every initializer is listed (an exporter's habit), else inputs")
     p.add_argument("--explain", action="append", default=[], metavar="RULE",
                    help="say where the fusion RULE fired and where it almost did, and why not (repeatable; 'all' for every rule)")
     p.add_argument("--check-inputs", metavar="FILE.npz", help="inputs for the check (name -> array) instead of random ones")
@@ -117,7 +121,8 @@ def run(args) -> int:
                    fold_size_limit=parse_size(args.fold_size_limit, "--fold-size-limit"), allow_lossy=args.allow_lossy,
                    remove_training_residue=args.remove_training_residue, input_shapes=input_shapes, batch=args.batch,
                    check_inputs=load_inputs(args.check_inputs) if args.check_inputs else None, target=args.target,
-                   opset=args.opset, verify_each_pass=args.verify_each_pass)
+                   opset=args.opset, initializer_inputs=args.initializer_inputs,
+                   verify_each_pass=args.verify_each_pass)
     explain = _explained_rules(args.explain)
     with console(stderr=True).status("optimizing") as status:
         def progress(name, iteration):
@@ -178,6 +183,17 @@ def render_explain(report: dict, rules: list) -> None:
         out.print(table)
 
 
+def initializer_inputs_line(listed: dict) -> str:
+    """What became of the initializers that were also graph inputs."""
+    n = listed["listed"]
+    some = "every initializer was" if listed["every"] else f"{n} initializers were"
+    if listed["as"] == "constants":
+        return (f"{some} also a graph input: read as constants and no longer inputs "
+                "(--initializer-inputs inputs keeps them overridable)")
+    return (f"{some} also a graph input: kept as inputs that override them, so nothing reading them was folded "
+            "or fused (--initializer-inputs constants folds them)")
+
+
 def render(report: dict) -> None:
     from rich.table import Table
 
@@ -204,6 +220,9 @@ def render(report: dict) -> None:
         out.print(f"opset upgraded: {report['opset_before']} -> {report['opset_after']}")
     if report.get("inputs_fixed"):
         out.print(f"inputs fixed: {esc(', '.join(report['inputs_fixed']))}")
+    listed = report.get("initializer_inputs")
+    if listed:
+        out.print(initializer_inputs_line(listed))
     skipped = [x for r in report["passes"] if r["name"].startswith("fold_constants") for x in r.get("refused", [])]
     if skipped:
         out.print(f"[yellow]{len(set(skipped))} fold(s) skipped[/yellow] (see the report's passes[].refused), e.g. {esc(skipped[0])}")

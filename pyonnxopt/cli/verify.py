@@ -53,6 +53,8 @@ def add_parser(sub):
     p.add_argument("--skip", action="append", default=[], metavar="PASS", help="with --bisect: passes optimize skipped (comma-separated, or repeated)")
     p.add_argument("--target", choices=["onnx", "ort"], default="onnx", help="with --bisect: optimize's --target")
     p.add_argument("--opset", type=int, metavar="N", help="with --bisect: optimize's --opset")
+    p.add_argument("--initializer-inputs", choices=["auto", "constants", "inputs"], default="auto",
+                   help="with --bisect: optimize's --initializer-inputs")
     p.set_defaults(run=run)
 
 
@@ -147,7 +149,7 @@ def run(args) -> int:
             render_bisect(result["bisect"], console())
             if result["bisect"]["ok"]:
                 console().print("the pipeline re-run from the original with these flags keeps the outputs; the "
-                                "optimized model was made with other flags (give the same --passes/--skip/--target/--opset)")
+                                "optimized model was made with other flags (give the same --passes/--skip/--target/--opset/--initializer-inputs)")
     return 0 if result["ok"] else MISMATCH
 
 

@@ -311,8 +311,8 @@ def describe(found: dict) -> str:
 def bisect(original, *, passes: Optional[Iterable[str]] = None, skip: Iterable[str] = (),
            options: Optional[PassOptions] = None, max_iterations: int = MAX_ITERATIONS, exclude_nodes: Iterable[str] = (),
            prune_outputs: Iterable[str] = (), input_shapes: Optional[dict] = None, batch: Optional[int] = None,
-           opset: Optional[int] = None, seed: int = 0, inputs: Optional[dict] = None, rtol: float = 1e-4, atol: float = 1e-5,
-           rollback_output=None, progress: Progress = None) -> dict:
+           opset: Optional[int] = None, initializer_inputs: str = "auto", seed: int = 0, inputs: Optional[dict] = None,
+           rtol: float = 1e-4, atol: float = 1e-5, rollback_output=None, progress: Progress = None) -> dict:
     """Runs the pipeline from `original` (path, bytes, ModelProto or Model)
     as `optimize` would, checking after each pass; see the module docstring.
     Returns {"kind": "bisect", "ok", "pass", "iteration", "first_mismatch",
@@ -321,7 +321,7 @@ def bisect(original, *, passes: Optional[Iterable[str]] = None, skip: Iterable[s
     started = time.perf_counter()
     options = options or PassOptions()
     skip = list(skip)
-    start = prepare(original, exclude_nodes, prune_outputs, input_shapes, batch, opset)
+    start = prepare(original, exclude_nodes, prune_outputs, input_shapes, batch, opset, initializer_inputs)
     with PassChecker.starting(start, seed=seed, inputs=inputs, rtol=rtol, atol=atol, progress=progress) as checker:
         return _bisect(checker, start, started, passes=passes, skip=skip, options=options,
                        max_iterations=max_iterations, rollback_output=rollback_output, progress=progress)
@@ -394,7 +394,7 @@ def render_bisect(result: dict, console) -> None:
 def bisect_cli(args) -> dict:
     """`verify ORIGINAL OPTIMIZED --bisect`: reads args.original and, where
     the parser has them, args.passes (comma-separated), args.skip (a list of comma-separated names),
-    args.target, args.opset, args.seed, args.inputs / args.check_inputs (.npz, or what
+    args.target, args.opset, args.initializer_inputs, args.seed, args.inputs / args.check_inputs (.npz, or what
     pyonnxopt.verify.inputs.load_samples reads: the first sample is used)
     and args.rollback_output. Returns the bisection's result."""
     from pyonnxopt.cli.optimize import pass_names
@@ -411,6 +411,7 @@ def bisect_cli(args) -> dict:
             status.update(f"bisecting: {what} (iteration {iteration})")
 
         return bisect(original, passes=names, skip=skip, options=options, opset=getattr(args, "opset", None),
+                      initializer_inputs=getattr(args, "initializer_inputs", None) or "auto",
                       seed=getattr(args, "seed", 0) or 0,
                       inputs=inputs, rollback_output=getattr(args, "rollback_output", None), progress=progress)
 
