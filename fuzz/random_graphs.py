@@ -28,7 +28,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-OPSETS = (11, 12, 13, 15, 17, 18, 21)  # below 13: Softmax flattens, axes are attributes
+# Below 13 Softmax flattens and axes are attributes; below 11 Pad's pads and
+# Clip's bounds are attributes, Gemm needs its C and no axis is negative;
+# below 10 so are Slice's starts and ends (the model zoo's opset-9 models).
+OPSETS = (9, 10, 11, 12, 13, 15, 17, 18, 21)
 SPECIAL = (0.0, 1.0, -1.0, 2.0, 0.5, 1.0000001)
 MAX_ELEMENTS = 4096
 
@@ -128,7 +131,11 @@ class Builder:
 
     def axis(self, rank: int) -> int:
         a = int(self.rng.integers(rank))
-        return a - rank if self.chance(0.3) else a
+        return a - rank if self.chance(0.3) and self.opset >= 11 else a
+
+    def negative(self, axes: list, rank: int) -> list:
+        """Some of the axes counted from the end, where the opset allows it."""
+        return [a - rank if self.chance(0.3) and self.opset >= 11 else a for a in axes]
 
     def axes_input(self, axes, since: int):
         """axes as an input from `since`, an attribute before: (inputs, attrs)."""
@@ -149,6 +156,30 @@ class Builder:
         inputs = [y] + [self.const(v) for v in stats]
         attrs = {"epsilon": float(self.rng.choice([1e-5, 1e-3]))} if random_epsilon else {}
         return self.node("BatchNormalization", inputs, self.shapes[y], **attrs)
+
+    def slice_node(self, x: str, starts: list, ends: list, axes: list, shape, steps=None):
+        """Slice with inputs from opset 10, attributes (and steps of 1) before."""
+        if self.opset >= 10:
+            inputs = [x, self.ints(starts), self.ints(ends), self.ints(axes)] + ([self.ints(steps)] if steps else [])
+            return self.node("Slice", inputs, shape)
+        assert not steps or all(s == 1 for s in steps)
+        return self.node("Slice", [x], shape, starts=list(starts), ends=list(ends), axes=list(axes))
+
+    def pad_node(self, x: str, pads: list, value: float | None, shape, **attrs):
+        """Pad with inputs from opset 11, attributes before."""
+        if self.opset >= 11:
+            inputs = [x, self.ints(pads)] + ([self.const(np.float32(value))] if value is not None else [])
+            return self.node("Pad", inputs, shape, **attrs)
+        return self.node("Pad", [x], shape, pads=list(pads), **({"value": value} if value is not None else {}), **attrs)
+
+    def clip_node(self, x: str, lo: float | None, hi: float | None, shape):
+        """Clip with its bounds as inputs from opset 11, attributes before."""
+        if self.opset >= 11:
+            inputs = [x, "" if lo is None else self.const(np.float32(lo))] + ([] if hi is None else
+                                                                                [self.const(np.float32(hi))])
+            return self.node("Clip", inputs[:2] if hi is None and lo is not None else inputs, shape)
+        bounds = {k: float(v) for k, v in (("min", lo), ("max", hi)) if v is not None}
+        return self.node("Clip", [x], shape, **bounds)
 
     def unsqueeze0(self, x: str, shape):
         inputs, attrs = self.axes_input([0], 13)
@@ -245,11 +276,11 @@ class Builder:
                     continue
                 out = list(shape)
                 out[axis] -= 1
-                y = self.node("Slice", [y, self.ints([1]), self.ints([shape[axis]]), self.ints([axis])], tuple(out))
+                y = self.slice_node(y, [1], [shape[axis]], [axis], tuple(out))
             else:
                 pads = [int(p) for p in self.rng.integers(0, 2, 2 * rank)]
                 out = tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(shape))
-                y = self.node("Pad", [y, self.ints(pads)], out)
+                y = self.pad_node(y, pads, None, out)
         inverse = [int(i) for i in np.argsort(perm)]
         self.node("Transpose", [y], tuple(self.shapes[y][p] for p in inverse), perm=inverse)
 
@@ -279,8 +310,7 @@ class Builder:
         axes = sorted(int(a) for a in self.rng.choice(rank, n, replace=False))
         for a in axes:
             shape.insert(a, 1)
-        axes = [a - rank if self.chance(0.3) else a for a in axes]
-        inputs, attrs = self.axes_input(axes, 13)
+        inputs, attrs = self.axes_input(self.negative(axes, rank), 13)
         self.node("Unsqueeze", [x] + inputs, tuple(shape), **attrs)
 
     def squeeze(self):
@@ -294,7 +324,7 @@ class Builder:
             return
         axes = sorted(int(a) for a in self.rng.choice(ones, int(self.rng.integers(1, len(ones) + 1)), replace=False))
         out = tuple(d for i, d in enumerate(shape) if i not in axes)
-        inputs, attrs = self.axes_input([a - len(shape) if self.chance(0.3) else a for a in axes], 13)
+        inputs, attrs = self.axes_input(self.negative(axes, len(shape)), 13)
         self.node("Squeeze", [x] + inputs, out, **attrs)
 
     def expand(self):
@@ -331,7 +361,7 @@ class Builder:
             start = sum(self.shapes[p][axis] for p in parts[:k])
             size = self.shapes[parts[k]][axis]
             out[axis] = size
-            self.node("Slice", [y, self.ints([start]), self.ints([start + size]), self.ints([axis])], tuple(out))
+            self.slice_node(y, [start], [start + size], [axis], tuple(out))
 
     def split(self):
         x = self.pick(lambda s: max(s) >= 2)
@@ -368,12 +398,10 @@ class Builder:
             steps.append(step)
             index[a] = slice(start, None if abs(end) > 2**40 else end, step)
         out = np.empty(shape)[tuple(index)].shape
-        if 0 in out:
+        if 0 in out or (self.opset < 10 and any(s != 1 for s in steps)):
             return
-        inputs = [x, self.ints(starts), self.ints(ends), self.ints(axes)]
-        if self.chance(0.7) or any(s != 1 for s in steps):
-            inputs.append(self.ints(steps))
-        self.node("Slice", inputs, out)
+        stated = self.chance(0.7) or any(s != 1 for s in steps)
+        self.slice_node(x, starts, ends, axes, out, steps if stated and self.opset >= 10 else None)
 
     def gather(self):
         x = self.pick()
@@ -381,7 +409,7 @@ class Builder:
         axis = self.axis(len(shape))
         d = shape[axis]
         ishape = [(), (int(self.rng.integers(1, 4)),), (2, 2)][int(self.rng.integers(3))]
-        indices = self.rng.integers(-d, d, ishape).astype(np.int64)
+        indices = self.rng.integers(-d if self.opset >= 11 else 0, d, ishape).astype(np.int64)
         a = axis % len(shape)
         out = shape[:a] + ishape + shape[a + 1:]
         if out and math.prod(out) <= MAX_ELEMENTS:
@@ -398,8 +426,7 @@ class Builder:
             tuple(d for i, d in enumerate(shape) if i not in axes)
         if not out:
             return
-        inputs, attrs = self.axes_input([a - len(shape) if self.chance(0.3) else a for a in axes],
-                                        13 if op == "ReduceSum" else 18)
+        inputs, attrs = self.axes_input(self.negative(axes, len(shape)), 13 if op == "ReduceSum" else 18)
         self.node(op, [x] + inputs, out, keepdims=keep, **attrs)
 
     def softmax(self):
@@ -439,7 +466,7 @@ class Builder:
             x = self.node("Transpose", [x], (k, n))
         w = self.const(self.value((m, k) if trans_b else (k, m), special=False))
         inputs = [x, w]
-        if self.chance(0.7):
+        if self.chance(0.7) or self.opset < 11:  # (C is optional from 11)
             inputs.append(self.const(self.value(self.broadcastable((n, m), widen=False))))
         attrs = {"alpha": float(self.rng.choice([1.0, 0.5]))} if self.chance(0.3) else {}
         self.node("Gemm", inputs, (n, m), transA=trans_a, transB=trans_b, **attrs)
@@ -466,10 +493,8 @@ class Builder:
             y = self.node("Max", [x, self.const(np.float32(lo))], shape)
             self.node("Min", [y, self.const(np.float32(hi))], shape)
         else:
-            bounds = [self.const(np.float32(lo)) if self.chance(0.8) else "", self.const(np.float32(hi))]
-            if self.chance(0.2):
-                bounds = bounds[:1]
-            self.node("Clip", [x] + bounds, shape)
+            lo = lo if self.chance(0.8) else None
+            self.clip_node(x, lo, None if self.chance(0.2) and lo is not None else hi, shape)
 
     def cast(self):
         x = self.pick()
@@ -532,7 +557,7 @@ class Builder:
             return self.node("Shape", [x], None, start=a, end=b)
         dims = self.node("Shape", [x], None)
         if kind != 2:
-            return self.node("Slice", [dims, self.ints([a]), self.ints([b]), self.ints([0])], None)
+            return self.slice_node(dims, [a], [b], [0], None)
         picked = [self.unsqueeze0(self.node("Gather", [dims, self.const(np.array(k, np.int64), "i")], None), None)
                   for k in range(a, b)]
         return picked[0] if len(picked) == 1 else self.node("Concat", picked, None, axis=0)
@@ -592,7 +617,9 @@ class Builder:
         x = self.pick()
         shape = self.shapes[x]
         c = self.const(self.value(self.broadcastable(shape, widen=False), special=False))
-        mask = self.node(str(self.rng.choice(["Greater", "Less", "Equal"])), [x, c], None)
+        # (Equal takes floats from opset 11)
+        compare = ["Greater", "Less", "Equal"][:3 if self.opset >= 11 else 2]
+        mask = self.node(str(self.rng.choice(compare)), [x, c], None)
         if self.chance(0.5):
             mask = self.node("Not", [self.node("Not", [mask], None)], None)
         if self.chance(0.5):
@@ -641,9 +668,9 @@ class Builder:
         if self.chance(0.3):  # a Pad before it
             mode = str(self.rng.choice(["constant", "constant", "reflect", "edge"]))
             pads = [0, 0, int(self.rng.integers(0, 2)), int(self.rng.integers(0, 2))] * 2
-            value = [self.const(np.float32(self.rng.choice([0.0, 0.0, 1.5])))] if mode == "constant" else []
+            value = float(self.rng.choice([0.0, 0.0, 1.5])) if mode == "constant" else None
             h, w = h + pads[2] + pads[6], w + pads[3] + pads[7]
-            x = self.node("Pad", [x, self.ints(pads)] + value, (n, c, h, w), mode=mode)
+            x = self.pad_node(x, pads, value, (n, c, h, w), mode=mode)
         span = dilation * (k - 1) + 1
         oh, ow = (h + 2 * pad - span) // stride + 1, (w + 2 * pad - span) // stride + 1
         if min(oh, ow) < 1:
@@ -675,8 +702,8 @@ class Builder:
         elif kind == 2:
             g = self.node("HardSigmoid", [x], shape, alpha=float(self.rng.choice([1 / 6, 0.2])), beta=0.5)
         else:
-            lo, hi = self.const(np.float32(0.0)), self.const(np.float32(self.rng.choice([6.0, 5.0])))
-            g = self.node("Clip", [self.node("Add", [x, self.const(np.float32(3.0))], shape), lo, hi], shape)
+            g = self.clip_node(self.node("Add", [x, self.const(np.float32(3.0))], shape), 0.0,
+                               float(self.rng.choice([6.0, 5.0])), shape)
             g = self.node("Div", [g, self.const(np.float32(6.0))], shape)
         self.node("Mul", [x, g] if self.chance(0.5) else [g, x], shape)
 
@@ -785,7 +812,7 @@ class Builder:
         if self.chance(0.5):
             pads = [0, 0, 1, 1] * 2
             value = float(self.rng.choice([0.0, -1e30]))
-            x = self.node("Pad", [x, self.ints(pads), self.const(np.float32(value))], (n, c, h + 2, w + 2))
+            x = self.pad_node(x, pads, value, (n, c, h + 2, w + 2))
             h, w = h + 2, w + 2
         op = str(self.rng.choice(["MaxPool", "AveragePool"]))
         attrs = {"count_include_pad": int(self.chance(0.5))} if op == "AveragePool" else {}
@@ -826,7 +853,7 @@ class Builder:
     def rms_norm(self):
         x = self.pick()
         shape = self.shapes[x]
-        inputs, attrs = self.axes_input([-1], 18)
+        inputs, attrs = self.axes_input(self.negative([len(shape) - 1], len(shape)), 18)
         kept = shape[:-1] + (1,)
         ms = self.node("ReduceMean", [self.node("Pow", [x, self.const(np.float32(2.0))], shape)] + inputs, kept,
                        keepdims=1, **attrs)
@@ -902,7 +929,8 @@ class Builder:
             mask = self.value(self.broadcastable((b, heads, s, s), widen=False), special=False)
             scores = self.node("Add", [scores, self.const(np.where(mask > 1, -10000.0, 0.0).astype(np.float32))],
                                (b, heads, s, s))
-        probs = self.node("Softmax", [scores], (b, heads, s, s), axis=-1 if self.chance(0.9) else 2)
+        last = self.negative([3], 4)[0]
+        probs = self.node("Softmax", [scores], (b, heads, s, s), axis=last if self.chance(0.9) else 2)
         ctx = self.node("MatMul", [probs, v], (b, heads, s, d))
         merged = self.node("Transpose", [ctx], (b, s, heads, d), perm=[0, 2, 1, 3])
         if computed:
@@ -954,7 +982,8 @@ class Builder:
         if self.chance(0.1):  # every initializer listed as an input too (keep_initializers_as_inputs); drawn last
             inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in self.initializers]
         graph = helper.make_graph(self.nodes, "random", inputs, outputs, self.initializers, value_info=stated)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)], ir_version=10,
+        ir = {9: 4, 10: 5}.get(self.opset, 10)  # (what the exporters of the time wrote)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)], ir_version=ir,
                                  producer_name="random_graphs")
 
 

@@ -94,14 +94,38 @@ def upgrade(model: Model, version: int, label: str = "") -> Model:
         _keep_resize_modes(converted.graph, resizes, label, version)
         _keep_prelu_channels(converted.graph, slopes, label, version)
         _same_signature(proto.graph, converted.graph, label, version)
+        _only_stated_value_info(proto.graph, converted.graph)
     # An opset needs an IR version that knows it (opset 23 came with IR 11).
     converted.ir_version = max(converted.ir_version, helper.find_min_ir_version_for(
         [helper.make_opsetid("", version)], ignore_unknown=True))
+    if current != 0:
+        _still_valid(proto, converted, label, version)
     return Model(_core.load_bytes(converted.SerializeToString(), base_dir=model._core.base_dir,
                                   weights_from=model._core))
 
 
 # ---------------------------------------------------------------- what the converter gets wrong
+
+def _only_stated_value_info(before, after) -> None:
+    """The converter runs onnx's shape inference at the old opset and keeps
+    what it found, as value_info and in the outputs' dims; there onnx can be
+    wrong (Slice-10 gives a sliced axis the input's symbol, which
+    shapes.infer works around), and the passes would trust it. Only what
+    the model stated stays; the passes infer the rest again at the new
+    opset."""
+    stated = {v.name for g in graphs(before) for v in g.value_info}
+    old, new = graphs(before), graphs(after)
+    for g in new:
+        kept = [v for v in g.value_info if v.name in stated]
+        if len(kept) != len(g.value_info):
+            del g.value_info[:]
+            g.value_info.extend(kept)
+    for b, a in zip(old, new) if len(old) == len(new) else [(old[0], new[0])]:
+        declared = {v.name: v.type for v in b.output}
+        for v in a.output:
+            if v.name in declared:
+                v.type.CopyFrom(declared[v.name])
+
 
 def _constant(graph, name: str):
     """An initializer's or a Constant node's array, if inline in the copy."""
@@ -248,3 +272,24 @@ def _same_signature(before, after, label: str, version: int) -> None:
     if len(old) != len(new) or not all(map(same, old, new)):
         raise Error(f"--opset {version}: onnx's version converter changed the inputs or outputs of {label}, "
                     "which pyonnxopt does not let it do; leave --opset out")
+
+
+def _still_valid(before, after, label: str, version: int) -> None:
+    """The converter can write a model that onnx's own full check refuses
+    (Pad-2's float `value` becomes a float32 `constant_value` of a float16
+    Pad). Where the original passes that check and the result does not,
+    the upgrade is refused: the passes would start from an invalid model."""
+    import onnx
+
+    refused = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
+    try:
+        onnx.checker.check_model(after, full_check=True)
+        return
+    except refused as e:
+        why = first_line(e)
+    try:
+        onnx.checker.check_model(before, full_check=True)
+    except refused:
+        return  # no better before: nothing the converter broke
+    raise Error(f"--opset {version}: onnx's version converter wrote a model that onnx's checker refuses ({why}); "
+                f"leave --opset out to keep {label} at its opset")

@@ -97,8 +97,14 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         kept = _forget_generated(proto.graph)
         renamed = _name_subgraph_values_apart(proto.graph)
         _forget_branch_output_shapes(proto.graph)
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
-                                                     data_prop=not _huge_input(proto.graph))
+        data_prop = not _huge_input(proto.graph)
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=data_prop)
+        if model.opset_imports.get("", model.opset_imports.get("ai.onnx")) == 10:
+            unbound = _unbind_slice_10_starts(proto, inferred)
+            if unbound:  # again, without the Slices' constant starts
+                inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
+                                                             data_prop=data_prop)
+                _rebind_slice_10_starts(inferred, unbound)
         _rename_generated(inferred.graph, kept)
         aliases: dict = {}
         refined = symbolic_shapes.refine(inferred.graph, aliases)
@@ -145,6 +151,82 @@ def _stand_in_for_onnxruntime_ops(graph) -> None:
             nodes.append(helper.make_node("Identity", [n.input[0]], [outs[0]]))
     del graph.node[:]
     graph.node.extend(nodes)
+
+
+def _unbind_slice_10_starts(proto, inferred) -> list:
+    """onnx's inference of Slice-10 (opset 10 only; onnx 1.23) gives a sliced
+    axis whose length is a symbol that same symbol, as if the Slice took the
+    whole axis: `x[:, 4:6]` of `[5, N, 5]` comes out `[5, N, 5]`, and a rule
+    trusting it drops the Slice. With starts it cannot read it leaves the
+    axis unknown, as it should. Each Slice it got wrong (in `inferred`)
+    reads its starts from a new graph input in `proto` (the copy inference
+    runs on); returns [(graph index, node index, starts, stand-in)]."""
+    from onnx import TensorProto, helper
+
+    unbound = []
+    for gi, (pg, ig) in enumerate(zip(graphs(proto.graph), graphs(inferred.graph))):
+        types = {v.name: v.type for v in [*ig.input, *ig.value_info, *ig.output]}
+        if gi == 0:
+            types.update({v.name: v.type for v in inferred.graph.input})
+        for ni, (pn, n) in enumerate(zip(pg.node, ig.node)):
+            if n.op_type != "Slice" or n.domain not in ("", "ai.onnx") or len(n.input) < 3:
+                continue
+            if any(_copied_symbol(types.get(n.input[0]), types.get(n.output[0]), axis)
+                   for axis in _slice_axes(proto, pn, types)):
+                stand_in = f"{n.input[1]}::pyonnxopt_unknown_starts{len(unbound)}"
+                proto.graph.input.append(helper.make_tensor_value_info(stand_in, TensorProto.INT64, None))
+                unbound.append((gi, ni, pn.input[1], stand_in))
+                pn.input[1] = stand_in
+    return unbound
+
+
+def _rebind_slice_10_starts(inferred, unbound: list) -> None:
+    """The Slices of `_unbind_slice_10_starts` read their starts again (in
+    the inferred copy: the refinement reads constant bounds itself)."""
+    every = graphs(inferred.graph)
+    stand_ins = set()
+    for gi, ni, starts, stand_in in unbound:
+        every[gi].node[ni].input[1] = starts
+        stand_ins.add(stand_in)
+    kept = [v for v in inferred.graph.input if v.name not in stand_ins]
+    del inferred.graph.input[:]
+    inferred.graph.input.extend(kept)
+
+
+def _slice_axes(proto, node, types) -> list:
+    """The axes a Slice-10 slices: its constant axes, all its starts' axes
+    when it has none (0, 1, ...), or every axis when they are not constant."""
+    from onnx import numpy_helper
+
+    def constant(name):
+        for t in proto.graph.initializer:
+            if t.name == name:
+                return [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
+        return None
+
+    if len(node.input) > 3 and node.input[3]:
+        axes = constant(node.input[3])
+    else:
+        starts = constant(node.input[1])
+        axes = None if starts is None else list(range(len(starts)))
+    rank = _rank(types.get(node.input[0]))
+    if axes is None:
+        return list(range(rank or 0))
+    return [a + rank if a < 0 and rank else a for a in axes]
+
+
+def _rank(t) -> Optional[int]:
+    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return None
+    return len(t.tensor_type.shape.dim)
+
+
+def _copied_symbol(before, after, axis: int) -> bool:
+    """Whether `after`'s dim `axis` is the same symbol as `before`'s."""
+    if _rank(before) is None or _rank(after) is None or not 0 <= axis < min(_rank(before), _rank(after)):
+        return False
+    a, b = before.tensor_type.shape.dim[axis], after.tensor_type.shape.dim[axis]
+    return bool(a.dim_param) and a.dim_param == b.dim_param
 
 
 # onnx's data propagation holds a computed shape's every entry as a message:

@@ -120,6 +120,35 @@ def test_an_opset_10_nearest_resize_with_computed_scales_is_refused():
         upgrade(pyonnxopt.load(proto), 13)
 
 
+def test_a_converter_result_onnx_refuses_is_refused():
+    # The converter turns Pad-2's float `value` into a float32 constant_value, whatever the data's type
+    proto = parser.parse_model('''<ir_version: 5, opset_import: ["" : 10]>
+        g (float16[1, 2, 3, 3] x) => (float16[1, 2, 5, 5] y) {
+            y = Pad <pads = [0, 0, 1, 1, 0, 0, 1, 1], value = 1.5> (x)
+        }''')
+    onnx.checker.check_model(proto, full_check=True)
+    with pytest.raises(Error, match="--opset 13: onnx's version converter wrote a model that onnx's checker refuses "
+                                    "\\(.*Pad.*constant_value.*\\); leave --opset out"):
+        upgrade(pyonnxopt.load(proto), 13)
+
+
+def test_what_the_converter_inferred_is_not_kept_as_value_info():
+    # It infers at the old opset, where onnx's Slice-10 inference gives x[:, 4:6] the input's symbol N
+    proto = parser.parse_model('''<ir_version: 5, opset_import: ["" : 10]>
+        g (float[5, N] x) => (float[5, M] y, float[5, ?] z) <int64[1] s = {4}, int64[1] e = {6}, int64[1] a = {1}> {
+            part = Slice (x, s, e, a)
+            y = Relu(part)
+            z = Sigmoid(part)
+        }''')
+    up = upgrade(pyonnxopt.load(proto), 13).to_onnx()
+    assert list(up.graph.value_info) == []
+    unknown = up.graph.output[1].type.tensor_type.shape.dim[1]  # the outputs' dims as declared
+    assert not unknown.HasField("dim_param") and not unknown.HasField("dim_value")
+    proto.graph.value_info.append(onnx.helper.make_tensor_value_info("part", onnx.TensorProto.FLOAT, [5, "P"]))
+    up = upgrade(pyonnxopt.load(proto), 13).to_onnx()  # what the model states stays
+    assert [(v.name, v.type.tensor_type.shape.dim[1].dim_param) for v in up.graph.value_info] == [("part", "P")]
+
+
 def test_weights_are_shared_with_the_original_not_copied(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(changing_model(), path)

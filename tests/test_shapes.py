@@ -237,3 +237,32 @@ def test_a_scalar_input_given_as_name_colon():
     m = pyonnxopt.load(parse("""g (float[N,4] x, float[1] t) => (float[N,4] y) { y = Mul(x, t) }"""))
     with pytest.raises(Error, match="input 't' has rank 1, the shape given has 0 dims"):
         fix_input_shapes(m, {"t": []})
+
+
+# onnx 1.23 infers Slice-10 (opset 10 only) as keeping a sliced axis's
+# symbol: x[:, 4:6] of [5, N, 5] would be [5, N, 5], and a rule trusting it
+# drops the Slice.
+SLICE_10 = """g (float[5, N, 5] x, float[K, 5] v) => (float[5, M, 5] y, float[L, 5] z)
+    <int64[1] s = {4}, int64[1] e = {6}, int64[1] a = {1}> {
+    c = Concat <axis = 1> (x, x)
+    part = Slice (c, s, e, a)
+    y = Sigmoid(part)
+    z = Slice (v, s, e)
+}"""
+
+
+def test_a_slice_10_of_a_symbolic_axis_does_not_keep_its_symbol(tmp_path):
+    from pyonnxopt.shapes import infer
+
+    model = pyonnxopt.load(parse(SLICE_10, opset=10))
+    infer(model)
+    concat, part = model.graph.value("c").type["shape"], model.graph.value("part").type["shape"]
+    assert concat[0] == 5 and part[0] == 5 and part[2] == 5 and part[1] != concat[1]
+    assert model.graph.value("z").type["shape"][0] != "K"  # no axes: axis 0
+    for opset in (None, 13):
+        optimized, report = pyonnxopt.optimize(parse(SLICE_10, opset=10), opset=opset)
+        assert report["check"]["first_mismatch"] is None
+        ops = [n.op_type for n in optimized.graph.nodes]
+        assert ops.count("Slice") >= 2, ops
+        x, v = (np.random.default_rng(0).standard_normal(shape).astype(np.float32) for shape in ((5, 3, 5), (7, 5)))
+        assert [y.shape for y in outputs(optimized.to_onnx(), {"x": x, "v": v})] == [(5, 2, 5), (2, 5)]
