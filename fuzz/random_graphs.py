@@ -10,7 +10,8 @@ rules look for, written as exporters write them, on random shapes and with
 random extra readers of their intermediates: Conv with BatchNormalization
 and activations, Pad before a Conv or pool, MatMul and bias, LayerNorm,
 RMSNorm and GELU decompositions, attention blocks, shape arithmetic
-feeding a Reshape, residual Conv and MLP blocks, If branches; one graph in
+feeding a Reshape, residual Conv and MLP blocks, If branches, quantized
+(QDQ) Conv and MatMul; one graph in
 ten lists every initializer among its inputs too. Constants
 are 0, 1 and other values the identities look for about a third of the
 time, and sometimes a value close to them (which must not be taken for
@@ -939,13 +940,66 @@ class Builder:
             target = self.ints([b, s, heads * d] if self.chance(0.5) else [0, 0, -1])
         self.node("Reshape", [merged, target], (b, s, heads * d))
 
+    def quantized(self):
+        """A QDQ group as quantization tools write it: a graph input through
+        QuantizeLinear and DequantizeLinear (u)int8, a layout op or none, a
+        Conv or MatMul whose weight is an int8 constant dequantized (per
+        output channel from opset 13), its result quantized and dequantized
+        again. The rounding points read only a graph input or a Conv or
+        MatMul's own result, which no rewrite computes differently."""
+        if self.opset < 10:
+            return
+        inputs = [n for n in self.order if n in self.feeds]
+        x = inputs[int(self.rng.integers(len(inputs)))]
+        shape = self.shapes[x]
+        y = self.qdq(x, shape)
+        if len(shape) == 4 and not self.agnostic and self.chance(0.6):  # a Conv over [N, C, H, W]
+            n, c, h, w = shape
+            k = 3 if min(h, w) >= 3 and self.chance(0.5) else 1
+            m = int(self.rng.integers(1, 5))
+            weight = self.dequantized_weight((m, c, k, k), axis=0)
+            out = (n, m, h - k + 1, w - k + 1)
+            y = self.node("Conv", [y, weight] + ([self.const(self.value((m,), special=False))] if self.chance(0.5)
+                                                 else []), out, kernel_shape=[k, k])
+        else:
+            if len(shape) >= 2 and not self.agnostic and self.chance(0.4):  # a layout op between, as exporters leave
+                perm = list(range(len(shape) - 2)) + [len(shape) - 1, len(shape) - 2]
+                y = self.node("Transpose", [y], tuple(shape[p] for p in perm), perm=perm)
+                shape = self.shapes[y]
+            m = int(self.rng.integers(1, 6))
+            weight = self.dequantized_weight((shape[-1], m), axis=1)
+            out = shape[:-1] + (m,)
+            y = self.node("MatMul", [y, weight], out)
+        y = self.qdq(y, out)
+        if self.chance(0.3):
+            self.node("Flatten", [y], (out[0], math.prod(out[1:])), axis=1)
+        elif self.chance(0.5):
+            self.node(str(self.rng.choice(["Relu", "Identity"])), [y], out)
+
+    def qdq(self, x: str, shape) -> str:
+        """Quantized and dequantized per tensor, uint8 or int8."""
+        zero = np.uint8(128) if self.chance(0.5) else np.int8(int(self.rng.integers(-3, 4)))
+        scale = self.const(np.float32(self.rng.choice([0.05, 0.1, 0.25])))
+        point = self.const(zero, "z")
+        q = self.node("QuantizeLinear", [x, scale, point], None)
+        return self.node("DequantizeLinear", [q, scale, point], shape)
+
+    def dequantized_weight(self, shape: tuple, axis: int) -> str:
+        """An int8 constant dequantized, per `axis` from opset 13."""
+        w = self.const(self.rng.integers(-127, 128, shape).astype(np.int8), "w")
+        if self.opset >= 13 and self.chance(0.6):
+            scale = self.const((self.rng.random(shape[axis]) * 0.02 + 0.005).astype(np.float32))
+            point = self.const(np.zeros(shape[axis], np.int8), "z")
+            return self.node("DequantizeLinear", [w, scale, point], shape, axis=axis)
+        return self.node("DequantizeLinear", [w, self.const(np.float32(0.01)), self.const(np.int8(0), "z")], shape)
+
     OPS = [("unary", 8), ("binary_const", 10), ("binary_values", 6), ("transpose", 6), ("reshape", 5),
            ("flatten", 1), ("unsqueeze", 3), ("squeeze", 3), ("expand", 2), ("concat", 4), ("split", 3),
            ("slice", 4), ("gather", 2), ("reduce", 3), ("softmax", 2), ("matmul", 5), ("gemm", 2), ("where", 2),
            ("clip", 2), ("cast", 2), ("dropout", 1), ("dynamic_reshape", 2), ("conv", 4), ("pool", 1),
            ("layer_norm", 3), ("rms_norm", 1), ("gelu", 3), ("attention", 3), ("computed_weight", 2), ("branch", 1),
            ("logic", 2), ("activation", 2), ("conv_transpose", 1), ("gemm_batchnorm", 1), ("recurrent", 1),
-           ("einsum", 1), ("residual_conv", 2), ("mlp_block", 2)]
+           ("einsum", 1), ("residual_conv", 2), ("mlp_block", 2), ("quantized", 2)]
 
     # Ops that fix a size (a constant target or range): left out when agnostic.
     PINNING = {"reshape", "expand", "split", "slice", "gather", "squeeze", "gemm", "gemm_batchnorm", "where",

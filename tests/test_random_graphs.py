@@ -27,6 +27,8 @@ def test_random_graph(seed):
 @pytest.mark.parametrize("seed", range(1000, 1010))
 def test_random_graph_in_float16(seed):
     status, lines = check_seed(seed, list(VARIANTS), dtype="float16")
+    if status == "invalid":  # past half's range, or an op onnxruntime has no half kernel for
+        pytest.skip(lines[0])
     assert status == "ok", "\n".join(lines)
 
 
