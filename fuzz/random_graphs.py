@@ -31,8 +31,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 # Below 13 Softmax flattens and axes are attributes; below 11 Pad's pads and
 # Clip's bounds are attributes, Gemm needs its C and no axis is negative;
-# below 10 so are Slice's starts and ends (the model zoo's opset-9 models).
-OPSETS = (9, 10, 11, 12, 13, 15, 17, 18, 21)
+# below 10 so are Slice's starts and ends; below 9 there is no Erf or Where,
+# below 8 Max and Min do not broadcast and there is no Expand. Opsets 7 and
+# 8 are the model zoo's IR-3 models, every initializer among the inputs.
+OPSETS = (7, 8, 9, 10, 11, 12, 13, 15, 17, 18, 21)
 SPECIAL = (0.0, 1.0, -1.0, 2.0, 0.5, 1.0000001)
 MAX_ELEMENTS = 4096
 
@@ -192,6 +194,7 @@ class Builder:
         x = self.pick()
         op = self.rng.choice(["Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Identity", "Erf", "LeakyRelu", "Softplus",
                               "HardSigmoid", "Sqrt", "Exp", "Reciprocal"])
+        op = "Softplus" if op == "Erf" and self.opset < 9 else op
         shape = self.shapes[x]
         if op in ("Sqrt", "Reciprocal"):  # of a positive value
             x = self.positive(x)
@@ -204,6 +207,7 @@ class Builder:
         x = self.pick()
         shape = self.shapes[x]
         op = self.rng.choice(["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"])
+        op = "Add" if op in ("Max", "Min") and self.opset < 8 else op  # (they broadcast from 8)
         cshape = self.broadcastable(shape)
         c = self.value(cshape, positive=op == "Div")
         if op == "Pow":
@@ -220,6 +224,7 @@ class Builder:
         shape = self.shapes[x]
         y = self.pick(lambda s: s == shape if self.agnostic else _broadcasts(s, shape))
         op = self.rng.choice(["Add", "Sub", "Mul", "Max", "Min"])
+        op = "Mul" if op in ("Max", "Min") and self.opset < 8 else op
         out = np.broadcast_shapes(self.shapes[x], self.shapes[y])
         if math.prod(out) <= MAX_ELEMENTS:
             self.node(op, [x, y] if self.chance(0.5) else [y, x], out)
@@ -329,6 +334,8 @@ class Builder:
         self.node("Squeeze", [x] + inputs, out, **attrs)
 
     def expand(self):
+        if self.opset < 8:
+            return
         x = self.pick()
         shape = self.shapes[x]
         grown = [d if d != 1 or self.chance(0.5) else int(self.rng.integers(2, 4)) for d in shape]
@@ -473,6 +480,8 @@ class Builder:
         self.node("Gemm", inputs, (n, m), transA=trans_a, transB=trans_b, **attrs)
 
     def where(self):
+        if self.opset < 9:
+            return
         x = self.pick()
         shape = self.shapes[x]
         cshape = self.broadcastable(shape)
@@ -490,7 +499,7 @@ class Builder:
         x = self.pick()
         shape = self.shapes[x]
         lo, hi = sorted(self.rng.standard_normal(2).astype(np.float32).tolist())
-        if self.chance(0.5):
+        if self.chance(0.5) and self.opset >= 8:
             y = self.node("Max", [x, self.const(np.float32(lo))], shape)
             self.node("Min", [y, self.const(np.float32(hi))], shape)
         else:
@@ -588,6 +597,8 @@ class Builder:
 
     def branch(self):
         """An If on a value of the graph: both branches read outer values."""
+        if self.opset < 9:  # (IR 3 would list the branches' initializers as their inputs)
+            return
         x = self.pick()
         shape = self.shapes[x]
         # (not the sign of a sum: a normalized value sums to 0 give or take
@@ -625,7 +636,7 @@ class Builder:
             mask = self.node("Not", [self.node("Not", [mask], None)], None)
         if self.chance(0.5):
             mask = self.node("And", [mask, self.const(np.ones(self.broadcastable(shape, widen=False), bool))], None)
-        if self.chance(0.5):
+        if self.chance(0.5) or self.opset < 9:
             n = self.node("Cast", [mask], None, to=TensorProto.INT64)
             n = self.node(str(self.rng.choice(["Add", "Mul", "Div"])), [n, self.const(np.int64(
                 self.rng.choice([1, 2, 3])))], None)
@@ -868,7 +879,7 @@ class Builder:
 
     def gelu_on(self, x: str):
         shape = self.shapes[x]
-        if self.chance(0.7):  # erf form
+        if self.chance(0.7) and self.opset >= 9:  # erf form
             root = 1.4142135 if self.chance(0.9) else 1.5
             e = self.node("Erf", [self.node("Div", [x, self.const(np.float32(root))], shape)], shape)
             one = self.node("Add", [e, self.const(np.float32(1.0))], shape)
@@ -1033,10 +1044,10 @@ class Builder:
                                                     [None] * len(self.shapes[n]))
                       for n in self.order if n not in self.feeds and n not in extra + [last] and self.chance(0.3)]
         inputs = list(self.inputs)
-        if self.chance(0.1):  # every initializer listed as an input too (keep_initializers_as_inputs); drawn last
+        ir = {7: 3, 8: 3, 9: 4, 10: 5}.get(self.opset, 10)  # (what the exporters of the time wrote)
+        if self.chance(0.1) or ir == 3:  # every initializer listed as an input too (IR 3, keep_initializers_as_inputs)
             inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in self.initializers]
         graph = helper.make_graph(self.nodes, "random", inputs, outputs, self.initializers, value_info=stated)
-        ir = {9: 4, 10: 5}.get(self.opset, 10)  # (what the exporters of the time wrote)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)], ir_version=ir,
                                  producer_name="random_graphs")
 
