@@ -120,15 +120,35 @@ def test_an_opset_10_nearest_resize_with_computed_scales_is_refused():
         upgrade(pyonnxopt.load(proto), 13)
 
 
-def test_a_converter_result_onnx_refuses_is_refused():
-    # The converter turns Pad-2's float `value` into a float32 constant_value, whatever the data's type
-    proto = parser.parse_model('''<ir_version: 5, opset_import: ["" : 10]>
-        g (float16[1, 2, 3, 3] x) => (float16[1, 2, 5, 5] y) {
-            y = Pad <pads = [0, 0, 1, 1, 0, 0, 1, 1], value = 1.5> (x)
-        }''')
+FLOAT16_PAD = '''<ir_version: 5, opset_import: ["" : 10]>
+    g (float16[1, 2, 3, 3] x) => (float16[1, 2, 5, 5] y) {
+        y = Pad <pads = [0, 0, 1, 1, 0, 0, 1, 1], value = 1.5> (x)
+    }'''
+
+
+def test_a_float16_pad_keeps_its_value_in_its_type():
+    # The converter makes Pad-2's float `value` a float32 constant_value, which Pad-11 refuses beside float16 data
+    up = upgrade(pyonnxopt.load(parser.parse_model(FLOAT16_PAD)), 13)
+    onnx.checker.check_model(up.to_onnx(), full_check=True)
+    y = run(up, {"x": np.ones((1, 2, 3, 3), np.float16)})[0]
+    assert y.dtype == np.float16 and y[0, 0, 0, 0] == 1.5 and y[0, 0, 1, 1] == 1.0
+
+
+def test_a_converter_result_onnx_refuses_is_refused(monkeypatch):
+    from onnx import version_converter
+
+    convert = version_converter.convert_version
+
+    def breaking(model, version):  # a converter bug: an output typed apart from what computes it
+        out = convert(model, version)
+        out.graph.node[-1].op_type = "Shape"
+        return out
+
+    monkeypatch.setattr(version_converter, "convert_version", breaking)
+    proto = parser.parse_model(FLOAT16_PAD)
     onnx.checker.check_model(proto, full_check=True)
     with pytest.raises(Error, match="--opset 13: onnx's version converter wrote a model that onnx's checker refuses "
-                                    "\\(.*Pad.*constant_value.*\\); leave --opset out"):
+                                    "\\(.*\\); leave --opset out"):
         upgrade(pyonnxopt.load(proto), 13)
 
 
