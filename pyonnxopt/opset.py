@@ -96,7 +96,7 @@ def upgrade(model: Model, version: int, label: str = "") -> Model:
         _same_signature(proto.graph, converted.graph, label, version)
         _only_stated_value_info(proto.graph, converted.graph)
         if current < 11 <= version:
-            _pad_values_in_their_type(converted)
+            _bounds_in_their_type(converted)
     # An opset needs an IR version that knows it (opset 23 came with IR 11).
     converted.ir_version = max(converted.ir_version, helper.find_min_ir_version_for(
         [helper.make_opsetid("", version)], ignore_unknown=True))
@@ -276,18 +276,25 @@ def _same_signature(before, after, label: str, version: int) -> None:
                     "which pyonnxopt does not let it do; leave --opset out")
 
 
-def _pad_values_in_their_type(model) -> None:
-    """Pad-2's `value` is a float attribute whatever the data's type; the
-    converter makes it a float32 Constant, which Pad-11 refuses beside
-    float16 or double data. Each such Constant takes the data's type (read
-    from onnx's inference of the converted model), as a cast of the value."""
+# Ops whose float attributes became inputs of the data's type at opset 11:
+# Pad-2's value (input 2), Clip-6's min and max (inputs 1 and 2).
+_ATTRIBUTES_MADE_INPUTS = {"Pad": (2,), "Clip": (1, 2)}
+
+
+def _bounds_in_their_type(model) -> None:
+    """Pad-2's `value` and Clip-6's `min` and `max` are float attributes
+    whatever the data's type; the converter makes them float32 Constants,
+    which Pad-11 and Clip-11 refuse beside float16 or double data. Each such
+    Constant takes the data's type (read from onnx's inference of the
+    converted model), as a cast of its value."""
     import numpy as np
     import onnx
     from onnx import helper, numpy_helper
 
-    pads = [(g, n) for g in graphs(model.graph) for n in g.node
-            if n.op_type == "Pad" and n.domain in ("", "ai.onnx") and len(n.input) > 2 and n.input[2]]
-    if not pads:
+    uses = [(g, n, i) for g in graphs(model.graph) for n in g.node
+            if n.op_type in _ATTRIBUTES_MADE_INPUTS and n.domain in ("", "ai.onnx")
+            for i in _ATTRIBUTES_MADE_INPUTS[n.op_type] if len(n.input) > i and n.input[i]]
+    if not uses:
         return
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
@@ -295,15 +302,16 @@ def _pad_values_in_their_type(model) -> None:
         return
     types = {v.name: v.type.tensor_type.elem_type for g in graphs(inferred.graph)
              for v in [*g.input, *g.value_info, *g.output] if v.type.HasField("tensor_type")}
-    for g, n in pads:
+    for g, n, i in uses:
         data = types.get(n.input[0])
-        constant = next((c for c in g.node if c.op_type == "Constant" and list(c.output) == [n.input[2]]), None)
+        constant = next((c for c in g.node if c.op_type == "Constant" and list(c.output) == [n.input[i]]), None)
         if constant is None or data in (None, 0, onnx.TensorProto.FLOAT) or len(constant.attribute) != 1:
             continue
         value = constant.attribute[0]
         if value.name != "value" or value.t.data_type != onnx.TensorProto.FLOAT:
             continue
-        cast = numpy_helper.to_array(value.t).astype(helper.tensor_dtype_to_np_dtype(data))
+        with np.errstate(over="ignore"):  # Clip-6's default bounds, -+FLT_MAX, are -+inf in half: the same clip
+            cast = numpy_helper.to_array(value.t).astype(helper.tensor_dtype_to_np_dtype(data))
         value.t.CopyFrom(numpy_helper.from_array(np.asarray(cast), value.t.name))
 
 

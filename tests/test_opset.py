@@ -121,17 +121,23 @@ def test_an_opset_10_nearest_resize_with_computed_scales_is_refused():
 
 
 FLOAT16_PAD = '''<ir_version: 5, opset_import: ["" : 10]>
-    g (float16[1, 2, 3, 3] x) => (float16[1, 2, 5, 5] y) {
+    g (float16[1, 2, 3, 3] x) => (float16[1, 2, 5, 5] y, float16[1, 2, 3, 3] low, float16[1, 2, 3, 3] both) {
         y = Pad <pads = [0, 0, 1, 1, 0, 0, 1, 1], value = 1.5> (x)
+        low = Clip <max = 0.25> (x)
+        both = Clip <min = -0.5, max = 0.5> (x)
     }'''
 
 
-def test_a_float16_pad_keeps_its_value_in_its_type():
-    # The converter makes Pad-2's float `value` a float32 constant_value, which Pad-11 refuses beside float16 data
+def test_float16_pad_and_clip_keep_their_bounds_in_their_type():
+    # The converter makes Pad-2's `value` and Clip-6's `min`/`max` float32 constants, which Pad-11 and Clip-11
+    # refuse beside float16 data
     up = upgrade(pyonnxopt.load(parser.parse_model(FLOAT16_PAD)), 13)
     onnx.checker.check_model(up.to_onnx(), full_check=True)
-    y = run(up, {"x": np.ones((1, 2, 3, 3), np.float16)})[0]
-    assert y.dtype == np.float16 and y[0, 0, 0, 0] == 1.5 and y[0, 0, 1, 1] == 1.0
+    x = np.linspace(-2, 2, 18, dtype=np.float16).reshape(1, 2, 3, 3)
+    y, low, both = run(up, {"x": x})
+    assert y.dtype == np.float16 and y[0, 0, 0, 0] == 1.5 and y[0, 0, 1, 1] == x[0, 0, 0, 0]
+    np.testing.assert_array_equal(low, np.minimum(x, np.float16(0.25)))
+    np.testing.assert_array_equal(both, np.clip(x, np.float16(-0.5), np.float16(0.5)))
 
 
 def test_a_converter_result_onnx_refuses_is_refused(monkeypatch):
