@@ -10,8 +10,8 @@ rules look for, written as exporters write them, on random shapes and with
 random extra readers of their intermediates: Conv with BatchNormalization
 and activations, Pad before a Conv or pool, MatMul and bias, LayerNorm,
 RMSNorm and GELU decompositions, attention blocks, shape arithmetic
-feeding a Reshape, residual Conv and MLP blocks, If branches, quantized
-(QDQ) Conv and MatMul; one graph in
+feeding a Reshape, residual Conv and MLP blocks, If branches, Loops and
+Scans, quantized (QDQ) Conv and MatMul; one graph in
 ten lists every initializer among its inputs too. Constants
 are 0, 1 and other values the identities look for about a third of the
 time, and sometimes a value close to them (which must not be taken for
@@ -624,6 +624,79 @@ class Builder:
             self.count = sub.count
         self.node("If", [cond], shape, then_branch=bodies[0], else_branch=bodies[1])
 
+    def body(self, inputs: dict, steps: int) -> "Builder":
+        """A subgraph's builder whose values start as `inputs` (name ->
+        shape) and the outer values it reads, grown by `steps` elementwise ops."""
+        sub = Builder(self.rng, self.opset)
+        sub.count = self.count + 2000
+        for name, shape in inputs.items():
+            sub.shapes[name] = shape
+            sub.order.append(name)
+        for _ in range(steps):
+            (sub.unary, sub.binary_const, sub.binary_values)[int(self.rng.integers(3))]()
+        return sub
+
+    def loop(self):
+        """A Loop of a few trips carrying a value, reading the iteration
+        number and an outer value, with a scan output of every trip's."""
+        if self.opset < 11:
+            return
+        x = self.pick()
+        shape = self.shapes[x]
+        outer = self.pick(lambda s: s == shape)
+        trips = int(self.rng.integers(1, 4))
+        if math.prod(shape) * trips > MAX_ELEMENTS:
+            return
+        names = [self.name(n) for n in ("iteration", "going", "carried")]
+        sub = self.body({names[2]: shape, **({outer: shape} if outer != x else {})}, int(self.rng.integers(1, 4)))
+        last = sub.order[-1]
+        if sub.shapes[last] != shape:  # a constant widened it
+            return
+        if self.chance(0.5):  # the iteration number as a float
+            count = sub.node("Cast", [names[0]], None, to=TensorProto.FLOAT)
+            last = sub.node("Add", [last, count], shape)
+        outs = [sub.name("going_out"), sub.name("carried_out"), sub.name("scanned")]
+        sub.nodes += [helper.make_node("Identity", [names[1]], [outs[0]]),
+                      helper.make_node("Identity", [last], [outs[1]]),
+                      helper.make_node("Identity", [sub.order[-2] if self.chance(0.3) and
+                                                    sub.shapes[sub.order[-2]] == shape else last], [outs[2]])]
+        body = helper.make_graph(
+            sub.nodes, "loop_body",
+            [helper.make_tensor_value_info(names[0], TensorProto.INT64, []),
+             helper.make_tensor_value_info(names[1], TensorProto.BOOL, []),
+             helper.make_tensor_value_info(names[2], TensorProto.FLOAT, shape)],
+            [helper.make_tensor_value_info(outs[0], TensorProto.BOOL, []),
+             helper.make_tensor_value_info(outs[1], TensorProto.FLOAT, shape),
+             helper.make_tensor_value_info(outs[2], TensorProto.FLOAT, shape)], sub.initializers)
+        self.count = sub.count
+        self.node("Loop", [self.const(np.int64(trips), "i"), self.const(np.bool_(True), "b"), x],
+                  [shape, (trips,) + shape], body=body)
+
+    def scan(self):
+        """A Scan over axis 0 of a value, a running state added up from each
+        slice (a cumulative sum and what it passes through)."""
+        x = self.pick(lambda s: len(s) >= 2)
+        if x is None or self.opset < 9:
+            return
+        shape = self.shapes[x]
+        element = shape[1:]
+        names = [self.name("state"), self.name("slice")]
+        sub = self.body({names[1]: element}, int(self.rng.integers(0, 3)))
+        last = sub.order[-1]
+        if sub.shapes[last] != element:
+            return
+        state = sub.node("Add", [names[0], last], element)
+        outs = [sub.name("state_out"), sub.name("scanned")]
+        sub.nodes += [helper.make_node("Identity", [state], [outs[0]]),
+                      helper.make_node("Identity", [last if self.chance(0.5) else state], [outs[1]])]
+        body = helper.make_graph(
+            sub.nodes, "scan_body",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, element) for n in names],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, element) for o in outs], sub.initializers)
+        self.count = sub.count
+        start = self.const(np.zeros(element, np.float32) if self.chance(0.5) else self.value(element, special=False))
+        self.node("Scan", [start, x], [element, shape], body=body, num_scan_inputs=1)
+
     def logic(self):
         """Integer and boolean chains: comparisons, Not, And, casts to int."""
         x = self.pick()
@@ -1010,11 +1083,12 @@ class Builder:
            ("clip", 2), ("cast", 2), ("dropout", 1), ("dynamic_reshape", 2), ("conv", 4), ("pool", 1),
            ("layer_norm", 3), ("rms_norm", 1), ("gelu", 3), ("attention", 3), ("computed_weight", 2), ("branch", 1),
            ("logic", 2), ("activation", 2), ("conv_transpose", 1), ("gemm_batchnorm", 1), ("recurrent", 1),
-           ("einsum", 1), ("residual_conv", 2), ("mlp_block", 2), ("quantized", 2)]
+           ("einsum", 1), ("residual_conv", 2), ("mlp_block", 2), ("quantized", 2), ("loop", 1),
+           ("scan", 1)]
 
     # Ops that fix a size (a constant target or range): left out when agnostic.
     PINNING = {"reshape", "expand", "split", "slice", "gather", "squeeze", "gemm", "gemm_batchnorm", "where",
-               "recurrent", "computed_weight", "branch"}
+               "recurrent", "computed_weight", "branch", "loop", "scan"}
 
     def grow(self, steps: int):
         ops = [(n, w) for n, w in self.OPS if not (self.agnostic and n in self.PINNING)]
