@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fuzz"))
 
 from float16 import to_float16  # noqa: E402
-from fuzz_pipeline import VARIANTS, check_seed, close  # noqa: E402
+from fuzz_pipeline import VARIANTS, check_seed, close, no_less_accurate  # noqa: E402
 from random_graphs import random_model  # noqa: E402
 
 pytest.importorskip("onnxruntime")
@@ -90,3 +90,16 @@ def test_the_comparison_sees_a_changed_value_a_nan_and_a_changed_infinity():
     half = want.astype(np.float16)
     assert close(np.array([1.005, np.nan, np.inf, -2.0], np.float16), half)  # half's rounding
     assert not close(np.array([1.05, np.nan, np.inf, -2.0], np.float16), half)
+
+
+def test_a_float16_result_may_differ_where_it_is_no_farther_from_float32():
+    import numpy as np
+
+    exact = np.array([1.0, 2.0, 3.0])
+    want = np.array([1.0, 2.0, 3.5], np.float16)  # the float16 original: 0.5 off
+    assert not close(np.array([1.0, 2.0, 3.0], np.float16), want)
+    assert no_less_accurate(np.array([1.0, 2.0, 3.0], np.float16), want, exact)  # nearer
+    assert no_less_accurate(np.array([1.0, 2.0, 2.2], np.float16), want, exact)  # 0.8 off: within twice
+    assert not no_less_accurate(np.array([1.0, 2.0, 1.5], np.float16), want, exact)  # 1.5 off
+    assert not no_less_accurate(np.array([1.0, np.inf, 3.0], np.float16), want, exact)
+    assert not no_less_accurate(np.array([1.0, 2.0, 3.0], np.float32), want.astype(np.float32), exact)
