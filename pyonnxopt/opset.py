@@ -317,9 +317,10 @@ def _bounds_in_their_type(model) -> None:
 
 def _still_valid(before, after, label: str, version: int) -> None:
     """The converter can write a model that onnx's own full check refuses
-    (Pad-2's float `value` becomes a float32 `constant_value` of a float16
-    Pad). Where the original passes that check and the result does not,
-    the upgrade is refused: the passes would start from an invalid model."""
+    (as it did with a float16 Pad-2's value, which `_bounds_in_their_type`
+    now mends). Where the original passes that check and the result does
+    not, the upgrade is refused: the passes would start from an invalid
+    model."""
     import onnx
 
     refused = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)

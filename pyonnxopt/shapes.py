@@ -164,15 +164,15 @@ def _unbind_slice_10_starts(proto, inferred) -> list:
     from onnx import TensorProto, helper
 
     unbound = []
+    # (subgraph values are named apart from the outer ones by now: one table)
+    types = {v.name: v.type for g in graphs(inferred.graph) for v in [*g.input, *g.value_info, *g.output]}
+    constants = _int_constants(proto.graph)
     for gi, (pg, ig) in enumerate(zip(graphs(proto.graph), graphs(inferred.graph))):
-        types = {v.name: v.type for v in [*ig.input, *ig.value_info, *ig.output]}
-        if gi == 0:
-            types.update({v.name: v.type for v in inferred.graph.input})
         for ni, (pn, n) in enumerate(zip(pg.node, ig.node)):
             if n.op_type != "Slice" or n.domain not in ("", "ai.onnx") or len(n.input) < 3:
                 continue
             if any(_copied_symbol(types.get(n.input[0]), types.get(n.output[0]), axis)
-                   for axis in _slice_axes(proto, pn, types)):
+                   for axis in _slice_axes(pn, constants, types)):
                 stand_in = f"{n.input[1]}::pyonnxopt_unknown_starts{len(unbound)}"
                 proto.graph.input.append(helper.make_tensor_value_info(stand_in, TensorProto.INT64, None))
                 unbound.append((gi, ni, pn.input[1], stand_in))
@@ -193,21 +193,30 @@ def _rebind_slice_10_starts(inferred, unbound: list) -> None:
     inferred.graph.input.extend(kept)
 
 
-def _slice_axes(proto, node, types) -> list:
+def _int_constants(graph) -> dict:
+    """name -> list of ints: the small integer initializers and Constant
+    nodes of the graph and its subgraphs (a Slice's bounds and axes)."""
+    from onnx import TensorProto, numpy_helper
+
+    out = {}
+    for g in graphs(graph):
+        tensors = [(t.name, t) for t in g.initializer]
+        tensors += [(n.output[0], a.t) for n in g.node if n.op_type == "Constant" and n.output
+                    for a in n.attribute if a.name == "value"]
+        for name, t in tensors:
+            if t.data_type in (TensorProto.INT64, TensorProto.INT32) and len(t.dims) <= 1 \
+                    and t.data_location != TensorProto.EXTERNAL:
+                out[name] = [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
+    return out
+
+
+def _slice_axes(node, constants: dict, types) -> list:
     """The axes a Slice-10 slices: its constant axes, all its starts' axes
     when it has none (0, 1, ...), or every axis when they are not constant."""
-    from onnx import numpy_helper
-
-    def constant(name):
-        for t in proto.graph.initializer:
-            if t.name == name:
-                return [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
-        return None
-
     if len(node.input) > 3 and node.input[3]:
-        axes = constant(node.input[3])
+        axes = constants.get(node.input[3])
     else:
-        starts = constant(node.input[1])
+        starts = constants.get(node.input[1])
         axes = None if starts is None else list(range(len(starts)))
     rank = _rank(types.get(node.input[0]))
     if axes is None:

@@ -242,12 +242,16 @@ def test_a_scalar_input_given_as_name_colon():
 # onnx 1.23 infers Slice-10 (opset 10 only) as keeping a sliced axis's
 # symbol: x[:, 4:6] of [5, N, 5] would be [5, N, 5], and a rule trusting it
 # drops the Slice.
-SLICE_10 = """g (float[5, N, 5] x, float[K, 5] v) => (float[5, M, 5] y, float[L, 5] z)
+SLICE_10 = """g (float[5, N, 5] x, float[K, 5] v, float[B, T] u) => (float[5, M, 5] y, float[L, 5] z, float[B, P] w)
     <int64[1] s = {4}, int64[1] e = {6}, int64[1] a = {1}> {
     c = Concat <axis = 1> (x, x)
     part = Slice (c, s, e, a)
     y = Sigmoid(part)
     z = Slice (v, s, e)
+    cs = Constant <value = int64[1] {1}> ()
+    ce = Constant <value = int64[1] {3}> ()
+    ca = Constant <value = int64[1] {-1}> ()
+    w = Slice (u, cs, ce, ca)
 }"""
 
 
@@ -259,10 +263,12 @@ def test_a_slice_10_of_a_symbolic_axis_does_not_keep_its_symbol(tmp_path):
     concat, part = model.graph.value("c").type["shape"], model.graph.value("part").type["shape"]
     assert concat[0] == 5 and part[0] == 5 and part[2] == 5 and part[1] != concat[1]
     assert model.graph.value("z").type["shape"][0] != "K"  # no axes: axis 0
+    assert model.graph.value("w").type["shape"][0] == "B" and model.graph.value("w").type["shape"][1] != "T"
     for opset in (None, 13):
         optimized, report = pyonnxopt.optimize(parse(SLICE_10, opset=10), opset=opset)
         assert report["check"]["first_mismatch"] is None
         ops = [n.op_type for n in optimized.graph.nodes]
         assert ops.count("Slice") >= 2, ops
-        x, v = (np.random.default_rng(0).standard_normal(shape).astype(np.float32) for shape in ((5, 3, 5), (7, 5)))
-        assert [y.shape for y in outputs(optimized.to_onnx(), {"x": x, "v": v})] == [(5, 2, 5), (2, 5)]
+        x, v, u = (np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+                   for shape in ((5, 3, 5), (7, 5), (2, 6)))
+        assert [y.shape for y in outputs(optimized.to_onnx(), {"x": x, "v": v, "u": u})] == [(5, 2, 5), (2, 5), (2, 2)]
