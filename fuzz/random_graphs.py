@@ -11,7 +11,8 @@ random extra readers of their intermediates: Conv with BatchNormalization
 and activations, Pad before a Conv or pool, MatMul and bias, LayerNorm,
 RMSNorm and GELU decompositions, attention blocks, shape arithmetic
 feeding a Reshape, residual Conv and MLP blocks, If branches, Loops and
-Scans, quantized (QDQ) Conv and MatMul; one graph in
+Scans, quantized (QDQ) Conv and MatMul, Resize and Upsample (also between
+a Transpose and its inverse); one graph in
 ten lists every initializer among its inputs too. Constants
 are 0, 1 and other values the identities look for about a third of the
 time, and sometimes a value close to them (which must not be taken for
@@ -184,6 +185,41 @@ class Builder:
         bounds = {k: float(v) for k, v in (("min", lo), ("max", hi)) if v is not None}
         return self.node("Clip", [x], shape, **bounds)
 
+    def resize_on(self, x: str):
+        """x upsampled by 1 or 2 along each axis (never the first), nearest
+        (linear where only the last two axes of a 4-d value grow), as
+        detection necks do: Resize with scales or sizes from opset 10 (its
+        coordinate modes from 11), Upsample before. None where it would be
+        too big."""
+        shape = self.shapes[x]
+        factors = [1] + [int(self.rng.choice([1, 2])) for _ in shape[1:]]
+        out = tuple(d * f for d, f in zip(shape, factors))
+        if math.prod(out) > MAX_ELEMENTS or out == shape:
+            return None
+        linear = len(shape) == 4 and factors[:2] == [1, 1] and self.chance(0.4)
+        mode = "linear" if linear else "nearest"
+        scales = self.const(np.array(factors, np.float32))
+        if self.opset < 9:
+            return self.node("Upsample", [x], out, mode=mode, scales=[float(f) for f in factors])
+        if self.opset < 10:
+            return self.node("Upsample", [x, scales], out, mode=mode)
+        if self.opset < 11:
+            return self.node("Resize", [x, scales], out, mode=mode)
+        attrs = {"mode": mode, "coordinate_transformation_mode": str(self.rng.choice(
+            ["half_pixel", "asymmetric", "pytorch_half_pixel", "align_corners"]))}
+        if not linear:
+            attrs["nearest_mode"] = str(self.rng.choice(["round_prefer_floor", "floor", "round_prefer_ceil"]))
+        roi = self.const(np.zeros(0, np.float32)) if self.opset < 13 or self.chance(0.3) else ""
+        if self.chance(0.3):  # sizes instead of scales
+            return self.node("Resize", [x, roi, "" if self.opset >= 13 else self.const(np.zeros(0, np.float32)),
+                                        self.ints(list(out))], out, **attrs)
+        return self.node("Resize", [x, roi, scales], out, **attrs)
+
+    def resize(self):
+        x = self.pick(lambda s: len(s) >= 2)
+        if x is not None and not self.agnostic:
+            self.resize_on(x)
+
     def unsqueeze0(self, x: str, shape):
         inputs, attrs = self.axes_input([0], 13)
         return self.node("Unsqueeze", [x] + inputs, shape, **attrs)
@@ -247,8 +283,10 @@ class Builder:
         rank = len(perm)
         for _ in range(int(self.rng.integers(1, 4))):
             shape = self.shapes[y]
-            kind = int(self.rng.choice([0, 1, 3, 5, 6] if self.agnostic else range(8)))
-            if kind == 0:
+            kind = int(self.rng.choice([0, 1, 3, 5, 6] if self.agnostic else range(9)))
+            if kind == 8:
+                y = self.resize_on(y) or y
+            elif kind == 0:
                 y = self.node(str(self.rng.choice(["Relu", "Neg", "Sigmoid", "Abs"])), [y], shape)
             elif kind == 6:
                 y = self.node("Softmax", [y], shape, axis=self.axis(rank))
@@ -1084,7 +1122,7 @@ class Builder:
            ("layer_norm", 3), ("rms_norm", 1), ("gelu", 3), ("attention", 3), ("computed_weight", 2), ("branch", 1),
            ("logic", 2), ("activation", 2), ("conv_transpose", 1), ("gemm_batchnorm", 1), ("recurrent", 1),
            ("einsum", 1), ("residual_conv", 2), ("mlp_block", 2), ("quantized", 2), ("loop", 1),
-           ("scan", 1)]
+           ("scan", 1), ("resize", 2)]
 
     # Ops that fix a size (a constant target or range): left out when agnostic.
     PINNING = {"reshape", "expand", "split", "slice", "gather", "squeeze", "gemm", "gemm_batchnorm", "where",
