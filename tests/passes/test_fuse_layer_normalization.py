@@ -93,6 +93,20 @@ def test_exponent_other_than_two_refuses():
     assert not r.modified and near(r, "the exponent 'two' is 3.0, needs 2")
 
 
+def test_a_gelu_is_not_a_near_miss_and_a_layer_norm_without_its_root_is():
+    # GELU's x * 0.5 * (1 + erf(x / sqrt 2)) matches the scaled division (two ops) and nothing more
+    gelu = """g (float[2,8] x) => (float[2,8] y) <float root = {1.4142135}, float one = {1.0}, float half = {0.5}> {
+        d = Div(x, root)  e = Erf(d)  e1 = Add(e, one)  h = Mul(x, half)  y = Mul(h, e1)
+    }"""
+    m, r, _ = fuse("fuse_layer_normalization", gelu, opset=17)
+    assert not r.modified and r.stats["near_misses"] == []
+    # the variance's root as Pow(v, 0.5): centring, division and scale match, the Sqrt does not
+    text = ln(consts=f"{CONSTS}, float[8] scale = {{1,2,3,4,5,6,7,8}}, float[8] bias = {{1,0,1,0,1,0,1,0}}, "
+                     "float half = {0.5}").replace("std = Sqrt(ve)", "std = Pow(ve, half)")
+    m, r, _ = fuse("fuse_layer_normalization", text, opset=17)
+    assert not r.modified and r.stats["near_misses"]
+
+
 def test_centered_value_read_elsewhere_does_not_fuse():
     text = ln(y_type="float[2,5,8] y, float[2,5,8] z", extra="z = Neg(d)").replace(
         "=> (float[2,5,8] y, float[2,5,8] z y)", "=> (float[2,5,8] y, float[2,5,8] z)")
