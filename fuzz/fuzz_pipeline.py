@@ -9,6 +9,7 @@ refuses, or an output whose name, type, shape or values differ.
     python fuzz/fuzz_pipeline.py --seeds 0:2000 --save /tmp/findings
     python fuzz/fuzz_pipeline.py --seeds 1234 --variants opset23 -v   # one seed again
     python fuzz/fuzz_pipeline.py --source torch --seeds 0:500          # exported torch modules
+    python fuzz/fuzz_pipeline.py --source torch-dynamo --seeds 0:50    # the same, by the dynamo exporter
     python fuzz/fuzz_pipeline.py --dtype float16 --seeds 0:2000        # the same models in half precision
 
 Exits non-zero when there is a finding. A seed whose own model onnxruntime
@@ -158,10 +159,10 @@ def other_sizes(model: onnx.ModelProto, run, feeds: dict, seed: int) -> tuple:
 def make_model(source: str, seed: int, dtype: str = "float32") -> tuple:
     """(model, feeds, exact): `exact` is None, or for float16 a function of
     feeds giving the float32 model's outputs on them."""
-    if source == "torch":
+    if source in ("torch", "torch-dynamo"):
         from random_torch import random_torch_model
 
-        model, feeds = random_torch_model(seed)
+        model, feeds = random_torch_model(seed, dynamo=source == "torch-dynamo")
     else:
         model, feeds = random_model(seed)
     if dtype != "float16":
@@ -256,8 +257,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0:200", help="A:B (B excluded) or one seed")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated: " + ", ".join(VARIANTS))
-    ap.add_argument("--source", choices=["graphs", "torch"], default="graphs",
-                    help="random graphs (fuzz/random_graphs.py) or exported torch modules (fuzz/random_torch.py)")
+    ap.add_argument("--source", choices=["graphs", "torch", "torch-dynamo"], default="graphs",
+                    help="random graphs (fuzz/random_graphs.py) or torch modules (fuzz/random_torch.py) exported by "
+                         "the TorchScript or the dynamo exporter")
     ap.add_argument("--dtype", choices=["float32", "float16"], default="float32",
                     help="float16: every float32 type, tensor and Cast of the model made float16 (fuzz/float16.py)")
     ap.add_argument("--save", help="folder for the models of each finding")

@@ -9,15 +9,17 @@ blocks, channel shuffles, squeeze-excite gates, pixel shuffles and
 upsampling, GroupNorm, a switch between the two layouts (patch tokens, or
 detection heads' boxes), Linear, LayerNorm, GELU, 1-d convolutions over the
 sequence, torch's MultiheadAttention and a hand-written attention,
-permutes, flattens and reshapes. It is exported by the TorchScript exporter (the dynamo exporter
-takes seconds a model) at a random opset, half the time with a dynamic
-batch (and sequence) axis. `random_torch_model(seed)` returns
+permutes, flattens and reshapes. It is exported by the TorchScript exporter at a random opset, or
+with `dynamo=True` by the dynamo exporter (torch's default since 2.9; 2 to
+10 s a model) at 18 or the random opset above it, half the time with a
+dynamic batch (and sequence) axis. `random_torch_model(seed)` returns
 (onnx.ModelProto, feeds); torch seeds the weights, so a seed gives the same
 model on the same torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import math
@@ -146,7 +148,7 @@ def _modules():
                                  SequenceConv=SequenceConv)
 
 
-def random_torch_model(seed: int) -> tuple:
+def random_torch_model(seed: int, dynamo: bool = False) -> tuple:
     m = _modules()
     torch, nn = m.torch, m.nn
     rng = np.random.default_rng(seed)
@@ -230,10 +232,16 @@ def random_torch_model(seed: int) -> tuple:
     model = nn.Sequential(*layers).eval()
     x = torch.randn(*shape)
     axes = {"x": {0: "batch"}, "y": {0: "batch"}} if chance(0.5) else None
+    opset, fold = int(rng.choice(OPSETS)), chance(0.5)
+    if dynamo:  # its exporter starts at opset 18 and folds (with onnxscript's optimizer) always
+        with warnings.catch_warnings(), torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(model, (x,), input_names=["x"], output_names=["y"],
+                                        opset_version=max(opset, 18), dynamic_axes=axes, dynamo=True)
+        return program.model_proto, {"x": x.numpy()}
     buffer = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (x,), buffer, input_names=["x"], output_names=["y"],
-                          opset_version=int(rng.choice(OPSETS)), dynamic_axes=axes, dynamo=False,
-                          do_constant_folding=chance(0.5))
+                          opset_version=opset, dynamic_axes=axes, dynamo=False, do_constant_folding=fold)
     return onnx.load_from_string(buffer.getvalue()), {"x": x.numpy()}

@@ -1,8 +1,8 @@
 """The whole pipeline on random graphs (fuzz/random_graphs.py) and random
 torch modules (fuzz/random_torch.py), against onnxruntime: every variant's
 result runs and gives the original's outputs. `python
-fuzz/fuzz_pipeline.py --seeds A:B [--source torch] [--dtype float16]` runs
-many more seeds."""
+fuzz/fuzz_pipeline.py --seeds A:B [--source torch|torch-dynamo] [--dtype
+float16]` runs many more seeds."""
 
 import os
 import sys
@@ -65,6 +65,14 @@ def test_float16_makes_every_float_half_and_leaves_the_rest():
 def test_random_torch_module(seed):
     pytest.importorskip("torch", reason="torch exports need torch (CI installs the CPU build)")
     status, lines = check_seed(seed, list(VARIANTS), source="torch")
+    assert status == "ok", "\n".join(lines)
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_random_torch_module_by_dynamo(seed):
+    pytest.importorskip("torch", reason="torch exports need torch (CI installs the CPU build)")
+    pytest.importorskip("onnxscript", reason="the dynamo exporter needs onnxscript")
+    status, lines = check_seed(seed, list(VARIANTS), source="torch-dynamo")
     assert status == "ok", "\n".join(lines)
 
 
