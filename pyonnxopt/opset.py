@@ -18,7 +18,7 @@ from __future__ import annotations
 from pyonnxopt import _core
 from pyonnxopt.errors import Error, first_line
 from pyonnxopt.model import Model
-from pyonnxopt.proto_graphs import graphs
+from pyonnxopt.proto_graphs import constant, graphs
 
 # Tensors up to this size travel inline through the converter (its adapters
 # may read small constants); bigger ones stay behind as references.
@@ -129,19 +129,6 @@ def _only_stated_value_info(before, after) -> None:
                 v.type.CopyFrom(declared[v.name])
 
 
-def _constant(graph, name: str):
-    """An initializer's or a Constant node's array, if inline in the copy."""
-    from onnx import numpy_helper
-
-    for t in graph.initializer:
-        if t.name == name:
-            return numpy_helper.to_array(t) if t.data_location != t.EXTERNAL else None
-    for n in graph.node:
-        if n.op_type == "Constant" and n.output and n.output[0] == name:
-            return next((numpy_helper.to_array(a.t) for a in n.attribute if a.name == "value"), None)
-    return None
-
-
 def _in_order(graph, ops: tuple) -> list:
     """(graph, node) for every node of `ops`, graph by graph in `graphs`'
     order: the converter keeps such nodes in place (it may rename their
@@ -179,7 +166,7 @@ def _opset_10_resizes(graph, label: str, version: int) -> list:
         mode = next((a.s.decode() for a in n.attribute if a.name == "mode"), "nearest")
         nearest = ""
         if mode == "nearest":
-            scales = None if n.op_type == "Upsample" or len(n.input) < 2 else _constant(g, n.input[1])
+            scales = None if n.op_type == "Upsample" or len(n.input) < 2 else constant(g, n.input[1])
             if n.op_type == "Upsample" or (scales is not None and np.all(scales >= 1)):
                 nearest = "floor"
             elif scales is not None and np.all(scales <= 1):
@@ -224,7 +211,7 @@ def _opset_6_prelu_slopes(graph, label: str, version: int) -> list:
     wherever C is not the last dim). Error where the input's rank is unknown."""
     found = []
     for g, n in _in_order(graph, ("PRelu",)):
-        slope = _constant(g, n.input[1]) if len(n.input) > 1 else None
+        slope = constant(g, n.input[1]) if len(n.input) > 1 else None
         if slope is None or slope.ndim != 1 or slope.size <= 1:
             found.append(None)
             continue
@@ -291,7 +278,7 @@ def _bounds_in_their_type(model) -> None:
     import onnx
     from onnx import helper, numpy_helper
 
-    uses = [(g, n, i) for g in graphs(model.graph) for n in g.node
+    uses = [(n, i) for g in graphs(model.graph) for n in g.node
             if n.op_type in _ATTRIBUTES_MADE_INPUTS and n.domain in ("", "ai.onnx")
             for i in _ATTRIBUTES_MADE_INPUTS[n.op_type] if len(n.input) > i and n.input[i]]
     if not uses:
@@ -302,12 +289,12 @@ def _bounds_in_their_type(model) -> None:
         return
     types = {v.name: v.type.tensor_type.elem_type for g in graphs(inferred.graph)
              for v in [*g.input, *g.value_info, *g.output] if v.type.HasField("tensor_type")}
-    for g, n, i in uses:
-        data = types.get(n.input[0])
-        constant = next((c for c in g.node if c.op_type == "Constant" and list(c.output) == [n.input[i]]), None)
-        if constant is None or data in (None, 0, onnx.TensorProto.FLOAT) or len(constant.attribute) != 1:
+    made = {c.output[0]: c for g in graphs(model.graph) for c in g.node if c.op_type == "Constant" and c.output}
+    for n, i in uses:
+        data, maker = types.get(n.input[0]), made.get(n.input[i])
+        if maker is None or data in (None, 0, onnx.TensorProto.FLOAT) or len(maker.attribute) != 1:
             continue
-        value = constant.attribute[0]
+        value = maker.attribute[0]
         if value.name != "value" or value.t.data_type != onnx.TensorProto.FLOAT:
             continue
         with np.errstate(over="ignore"):  # Clip-6's default bounds, -+FLT_MAX, are -+inf in half: the same clip

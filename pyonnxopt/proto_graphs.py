@@ -23,3 +23,17 @@ def graphs(graph) -> list:
         for body in bodies(n):
             out += graphs(body)
     return out
+
+
+def constant(graph, name: str):
+    """An initializer's or a Constant node's array in `graph` (not its
+    subgraphs), or None: not there, or its data not inline."""
+    from onnx import numpy_helper
+
+    for t in graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t) if t.data_location != t.EXTERNAL else None
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output and n.output[0] == name:
+            return next((numpy_helper.to_array(a.t) for a in n.attribute if a.name == "value"), None)
+    return None

@@ -11,7 +11,7 @@ from typing import Mapping, Optional, Sequence
 from pyonnxopt import symbolic_shapes
 from pyonnxopt.errors import Error, first_line
 from pyonnxopt.model import Graph, Model
-from pyonnxopt.proto_graphs import bodies, graphs
+from pyonnxopt.proto_graphs import bodies, constant, graphs
 
 log = logging.getLogger(__name__)
 
@@ -165,14 +165,15 @@ def _unbind_slice_10_starts(proto, inferred) -> list:
 
     unbound = []
     # (subgraph values are named apart from the outer ones by now: one table)
-    types = {v.name: v.type for g in graphs(inferred.graph) for v in [*g.input, *g.value_info, *g.output]}
-    constants = _int_constants(proto.graph)
+    dims = {v.name: symbolic_shapes.dims_of(v.type)
+            for g in graphs(inferred.graph) for v in [*g.input, *g.value_info, *g.output]}
     for gi, (pg, ig) in enumerate(zip(graphs(proto.graph), graphs(inferred.graph))):
         for ni, (pn, n) in enumerate(zip(pg.node, ig.node)):
             if n.op_type != "Slice" or n.domain not in ("", "ai.onnx") or len(n.input) < 3:
                 continue
-            if any(_copied_symbol(types.get(n.input[0]), types.get(n.output[0]), axis)
-                   for axis in _slice_axes(pn, constants, types)):
+            before, after = dims.get(n.input[0]), dims.get(n.output[0])
+            copied = {i for i, (a, b) in enumerate(zip(before or [], after or [])) if isinstance(a, str) and a == b}
+            if copied & _slice_axes(proto, n, len(before or [])):
                 stand_in = f"{n.input[1]}::pyonnxopt_unknown_starts{len(unbound)}"
                 proto.graph.input.append(helper.make_tensor_value_info(stand_in, TensorProto.INT64, None))
                 unbound.append((gi, ni, pn.input[1], stand_in))
@@ -193,49 +194,21 @@ def _rebind_slice_10_starts(inferred, unbound: list) -> None:
     inferred.graph.input.extend(kept)
 
 
-def _int_constants(graph) -> dict:
-    """name -> list of ints: the small integer initializers and Constant
-    nodes of the graph and its subgraphs (a Slice's bounds and axes)."""
-    from onnx import TensorProto, numpy_helper
+def _slice_axes(proto, node, rank: int) -> set:
+    """The axes a Slice-10 of a rank-`rank` value slices: its constant axes,
+    its starts' (0, 1, ...) when it has none, every axis when they are not
+    constants (initializers or Constant nodes, of any graph)."""
+    def ints(name):
+        found = (constant(g, name) for g in graphs(proto.graph))
+        a = next((a for a in found if a is not None), None)
+        return None if a is None else [int(v) for v in a.reshape(-1)]
 
-    out = {}
-    for g in graphs(graph):
-        tensors = [(t.name, t) for t in g.initializer]
-        tensors += [(n.output[0], a.t) for n in g.node if n.op_type == "Constant" and n.output
-                    for a in n.attribute if a.name == "value"]
-        for name, t in tensors:
-            if t.data_type in (TensorProto.INT64, TensorProto.INT32) and len(t.dims) <= 1 \
-                    and t.data_location != TensorProto.EXTERNAL:
-                out[name] = [int(v) for v in numpy_helper.to_array(t).reshape(-1)]
-    return out
-
-
-def _slice_axes(node, constants: dict, types) -> list:
-    """The axes a Slice-10 slices: its constant axes, all its starts' axes
-    when it has none (0, 1, ...), or every axis when they are not constant."""
     if len(node.input) > 3 and node.input[3]:
-        axes = constants.get(node.input[3])
+        axes = ints(node.input[3])
     else:
-        starts = constants.get(node.input[1])
-        axes = None if starts is None else list(range(len(starts)))
-    rank = _rank(types.get(node.input[0]))
-    if axes is None:
-        return list(range(rank or 0))
-    return [a + rank if a < 0 and rank else a for a in axes]
-
-
-def _rank(t) -> Optional[int]:
-    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
-        return None
-    return len(t.tensor_type.shape.dim)
-
-
-def _copied_symbol(before, after, axis: int) -> bool:
-    """Whether `after`'s dim `axis` is the same symbol as `before`'s."""
-    if _rank(before) is None or _rank(after) is None or not 0 <= axis < min(_rank(before), _rank(after)):
-        return False
-    a, b = before.tensor_type.shape.dim[axis], after.tensor_type.shape.dim[axis]
-    return bool(a.dim_param) and a.dim_param == b.dim_param
+        starts = ints(node.input[1])
+        axes = None if starts is None else range(len(starts))
+    return set(range(rank)) if axes is None or not rank else {a % rank for a in axes}
 
 
 # onnx's data propagation holds a computed shape's every entry as a message:
