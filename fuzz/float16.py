@@ -18,29 +18,28 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from pyonnxopt.proto_graphs import graphs
+
 
 def to_float16(model: onnx.ModelProto, feeds: dict) -> tuple:
     """(model, feeds) in float16; the arguments are left as they were."""
     half = onnx.ModelProto()
     half.CopyFrom(model)
-    _graph(half.graph)
+    for graph in graphs(half.graph):
+        _graph(graph)
     return half, {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
 
 
 def _graph(graph: onnx.GraphProto) -> None:
+    """One graph's types, tensors and casts (its subgraphs are graphs of their own)."""
     for info in [*graph.input, *graph.output, *graph.value_info]:
         _type(info.type)
-    for i, tensor in enumerate(graph.initializer):
-        graph.initializer[i].CopyFrom(_tensor(tensor))
+    for tensor in graph.initializer:
+        _halve(tensor)
     for node in graph.node:
         for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                _graph(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    _graph(g)
-            elif attr.type == onnx.AttributeProto.TENSOR:
-                attr.t.CopyFrom(_tensor(attr.t))
+            if attr.type == onnx.AttributeProto.TENSOR:
+                _halve(attr.t)
             elif node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT:
                 attr.i = TensorProto.FLOAT16
         if node.op_type == "Constant" and node.attribute[0].name in ("value_float", "value_floats"):
@@ -58,8 +57,7 @@ def _type(t: onnx.TypeProto) -> None:
         _type(getattr(t, kind).elem_type)
 
 
-def _tensor(tensor: onnx.TensorProto) -> onnx.TensorProto:
-    if tensor.data_type != TensorProto.FLOAT:
-        return tensor
-    with np.errstate(over="ignore"):  # beyond half's range: infinite, as a plain cast makes it
-        return numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float16), tensor.name)
+def _halve(tensor: onnx.TensorProto) -> None:
+    if tensor.data_type == TensorProto.FLOAT:
+        with np.errstate(over="ignore"):  # beyond half's range: infinite, as a plain cast makes it
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float16), tensor.name))

@@ -157,8 +157,8 @@ def other_sizes(model: onnx.ModelProto, run, feeds: dict, seed: int) -> tuple:
 
 
 def make_model(source: str, seed: int, dtype: str = "float32") -> tuple:
-    """(model, feeds, exact): `exact` is None, or for float16 a function of
-    feeds giving the float32 model's outputs on them."""
+    """(model, feeds, float32 model): the last is the model a float16 one
+    was made from, None for float32."""
     if source in ("torch", "torch-dynamo"):
         from random_torch import random_torch_model
 
@@ -167,21 +167,23 @@ def make_model(source: str, seed: int, dtype: str = "float32") -> tuple:
         model, feeds = random_model(seed)
     if dtype != "float16":
         return model, feeds, None
-    full = runner(model)
-    half, half_feeds = to_float16(model, feeds)
-    return half, half_feeds, lambda fs: full({k: v.astype(np.float32) if v.dtype == np.float16 else v
-                                              for k, v in fs.items()})
+    return (*to_float16(model, feeds), model)
+
+
+def float32_outputs(model: onnx.ModelProto):
+    """A function of float16 feeds giving the float32 `model`'s outputs on them."""
+    run = runner(model)
+    return lambda feeds: run({k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds.items()})
 
 
 def check_seed(seed: int, variants, verbose: bool = False, save: str | None = None, source: str = "graphs",
                dtype: str = "float32") -> tuple:
     """(status, lines): status is "ok", "invalid" or "finding"."""
     try:
-        model, feeds, exact = make_model(source, seed, dtype)
+        model, feeds, full = make_model(source, seed, dtype)
         onnx.checker.check_model(model)
         run = runner(model)
         want = run(feeds)
-        exact_here = exact(feeds) if exact else None
     except Exception as e:  # the generator's limit (or bug): onnxruntime refuses its own model
         return "invalid", [f"seed {seed}: invalid model: {type(e).__name__}: {first_line(e)[:200]}"]
     # onnxruntime runs a half op without a half kernel in float32, and keeps
@@ -194,6 +196,8 @@ def check_seed(seed: int, variants, verbose: bool = False, save: str | None = No
         return "invalid", [f"seed {seed}: a float16 model that quantizes: not compared"]
     full_check = checks_fully(model)
     other_feeds, other_want = other_sizes(model, run, feeds, seed)
+    exact = float32_outputs(full) if full is not None else None
+    exact_here = exact(feeds) if exact else None
     exact_there = exact(other_feeds) if exact and other_feeds is not None else None
     lines = []
     bugs = BugLog()

@@ -12,8 +12,8 @@ and activations, Pad before a Conv or pool, MatMul and bias, LayerNorm,
 RMSNorm and GELU decompositions, attention blocks, shape arithmetic
 feeding a Reshape, residual Conv and MLP blocks, If branches, Loops and
 Scans, quantized (QDQ) Conv and MatMul, Resize and Upsample (also between
-a Transpose and its inverse); one graph in
-ten lists every initializer among its inputs too. Constants
+a Transpose and its inverse); one graph in ten lists every initializer
+among its inputs too. Constants
 are 0, 1 and other values the identities look for about a third of the
 time, and sometimes a value close to them (which must not be taken for
 them). A third of the graphs are size-agnostic (see Builder).
@@ -116,6 +116,11 @@ class Builder:
             names = names[-4:]
         return names[int(self.rng.integers(len(names)))]
 
+    def pick_input(self) -> str:
+        """A graph input: a value no rewrite computes differently."""
+        inputs = [n for n in self.order if n in self.feeds]
+        return inputs[int(self.rng.integers(len(inputs)))]
+
     def value(self, shape, special: bool = True, positive: bool = False) -> np.ndarray:
         if special and self.chance(0.35):
             v = np.full(shape, self.rng.choice(SPECIAL), np.float32)
@@ -179,9 +184,8 @@ class Builder:
     def clip_node(self, x: str, lo: float | None, hi: float | None, shape):
         """Clip with its bounds as inputs from opset 11, attributes before."""
         if self.opset >= 11:
-            inputs = [x, "" if lo is None else self.const(np.float32(lo))] + ([] if hi is None else
-                                                                                [self.const(np.float32(hi))])
-            return self.node("Clip", inputs[:2] if hi is None and lo is not None else inputs, shape)
+            inputs = [x, "" if lo is None else self.const(np.float32(lo))]
+            return self.node("Clip", inputs + ([] if hi is None else [self.const(np.float32(hi))]), shape)
         bounds = {k: float(v) for k, v in (("min", lo), ("max", hi)) if v is not None}
         return self.node("Clip", [x], shape, **bounds)
 
@@ -550,8 +554,7 @@ class Builder:
         if to == TensorProto.INT32:
             # Of a graph input only: after float math a value a rewrite rounds
             # differently may cross an integer (a saturated Sigmoid's 1.0).
-            inputs = [n for n in self.order if n in self.feeds]
-            x = inputs[int(self.rng.integers(len(inputs)))]
+            x = self.pick_input()
         shape = self.shapes[x]
         y = self.node("Cast", [x], None, to=to)
         self.node("Cast", [y], shape, to=TensorProto.FLOAT)
@@ -645,13 +648,8 @@ class Builder:
         cond = self.node("Greater", [top, self.const(np.float32(self.rng.standard_normal()))], None)
         bodies = []
         for which in ("then", "else"):
-            sub = Builder(self.rng, self.opset)
-            sub.count = self.count + (1000 if which == "else" else 0)
-            sub.shapes[x] = shape
-            sub.order.append(x)
-            for _ in range(int(self.rng.integers(1, 4))):
-                kind = int(self.rng.integers(3))
-                (sub.unary, sub.binary_const, sub.clip)[kind]()
+            sub = self.body({x: shape}, int(self.rng.integers(1, 4)), ("unary", "binary_const", "clip"),
+                            1000 if which == "else" else 0)
             last = sub.order[-1]
             if sub.shapes[last] != shape:  # a constant widened it
                 return
@@ -662,16 +660,18 @@ class Builder:
             self.count = sub.count
         self.node("If", [cond], shape, then_branch=bodies[0], else_branch=bodies[1])
 
-    def body(self, inputs: dict, steps: int) -> "Builder":
+    def body(self, inputs: dict, steps: int, ops=("unary", "binary_const", "binary_values"),
+             offset: int = 2000) -> "Builder":
         """A subgraph's builder whose values start as `inputs` (name ->
-        shape) and the outer values it reads, grown by `steps` elementwise ops."""
+        shape: its own and the outer values it reads), grown by `steps` of
+        `ops`; its names numbered from `offset` past the graph's."""
         sub = Builder(self.rng, self.opset)
-        sub.count = self.count + 2000
+        sub.count = self.count + offset
         for name, shape in inputs.items():
             sub.shapes[name] = shape
             sub.order.append(name)
         for _ in range(steps):
-            (sub.unary, sub.binary_const, sub.binary_values)[int(self.rng.integers(3))]()
+            getattr(sub, ops[int(self.rng.integers(len(ops)))])()
         return sub
 
     def loop(self):
@@ -1071,8 +1071,7 @@ class Builder:
         MatMul's own result, which no rewrite computes differently."""
         if self.opset < 10:
             return
-        inputs = [n for n in self.order if n in self.feeds]
-        x = inputs[int(self.rng.integers(len(inputs)))]
+        x = self.pick_input()
         shape = self.shapes[x]
         y = self.qdq(x, shape)
         if len(shape) == 4 and not self.agnostic and self.chance(0.6):  # a Conv over [N, C, H, W]

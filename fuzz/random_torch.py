@@ -9,10 +9,10 @@ blocks, channel shuffles, squeeze-excite gates, pixel shuffles and
 upsampling, GroupNorm, a switch between the two layouts (patch tokens, or
 detection heads' boxes), Linear, LayerNorm, GELU, 1-d convolutions over the
 sequence, torch's MultiheadAttention and a hand-written attention,
-permutes, flattens and reshapes. It is exported by the TorchScript exporter at a random opset, or
-with `dynamo=True` by the dynamo exporter (torch's default since 2.9; 2 to
-10 s a model) at 18 or the random opset above it, half the time with a
-dynamic batch (and sequence) axis. `random_torch_model(seed)` returns
+permutes, flattens and reshapes. It is exported by the TorchScript
+exporter at a random opset, or with `dynamo=True` by the dynamo exporter
+(torch's default since 2.9; 2 to 10 s a model) at 18 or the random opset
+above it, half the time with a dynamic batch (and sequence) axis. `random_torch_model(seed)` returns
 (onnx.ModelProto, feeds); torch seeds the weights, so a seed gives the same
 model on the same torch.
 """
