@@ -65,7 +65,7 @@ class Start:
     model: Model
     kept_outputs: list
     fixed: list
-    initializer_inputs: Optional[dict] = None  # {"listed": n, "as": "constants" | "inputs"} where any is listed
+    initializer_inputs: Optional[dict] = None  # what _unlist_initializer_inputs found and did
 
 
 INITIALIZER_INPUTS = ("auto", "constants", "inputs")
@@ -115,12 +115,12 @@ def _unlist_initializer_inputs(model: Model, mode: str) -> Optional[dict]:
         return None
     old_ir = model.ir_version is not None and model.ir_version < 4
     every = listed == len(graph.initializers)
-    if old_ir or mode == "constants" or (mode == "auto" and every):
+    constants = old_ir or mode == "constants" or (mode == "auto" and every)
+    if constants:
         graph.unlist_initializer_inputs()
         if old_ir:
             model._core.ir_version = 4
-        return {"listed": listed, "as": "constants", "every": every}
-    return {"listed": listed, "as": "inputs", "every": every}
+    return {"listed": listed, "as": "constants" if constants else "inputs", "every": every}
 
 
 def optimize(

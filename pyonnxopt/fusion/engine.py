@@ -56,16 +56,16 @@ class _Variant:
         return self._native
 
 
-def _compiled(rule: Rule, opset: int) -> list:
+def _variants(rule: Rule, opset: int) -> list:
     """The rule's variants at an opset, kept on the rule, each compiled once
     (fuse_attention has 210: compiling them took 60x the matching, on every
     pipeline round of every model)."""
-    cache = rule.__dict__.setdefault("_compiled_patterns", {})
+    cache = rule.__dict__.setdefault("_variants", {})
     if opset not in cache:
-        variants = rule.pattern(opset)
-        if not isinstance(variants, (list, tuple)):
-            variants = [variants]
-        cache[opset] = [_Variant(v, opset) for v in variants]
+        roots = rule.pattern(opset)
+        if not isinstance(roots, (list, tuple)):
+            roots = [roots]
+        cache[opset] = [_Variant(root, opset) for root in roots]
     return cache[opset]
 
 
@@ -96,14 +96,14 @@ def _run_rule(rule: Rule, model: Model, options: PassOptions) -> PassResult:
     opset = opset_of(model, None)
     if opset < rule.min_opset or rule.only_target not in (None, options.target):
         return PassResult(False, stats)
-    compiled = _compiled(rule, opset)
+    variants = _variants(rule, opset)
     for graph in _graphs(model):
         closest = NearMisses() if rule.pattern_near_misses else None  # the deepest failure at each root
         matched: set = set()
         # The graph's op types cost a pass over its nodes, as a variant's scan
         # does: worth it only for rules with several variants to skip.
-        present = {n.op_type for n in graph.nodes} if len(compiled) > 1 else None
-        for variant in compiled:
+        present = {n.op_type for n in graph.nodes} if len(variants) > 1 else None
+        for variant in variants:
             enough_ops = min(rule.near_miss_min_ops, len(variant.needs))
             if present is not None and _cannot_fit(variant.needs, present, enough_ops, rule.pattern_near_misses):
                 continue
