@@ -11,6 +11,7 @@ from typing import Mapping, Optional, Sequence
 from pyonnxopt import symbolic_shapes
 from pyonnxopt.errors import Error, first_line
 from pyonnxopt.model import Graph, Model
+from pyonnxopt.opset import default_opset
 from pyonnxopt.proto_graphs import bodies, constant, graphs
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def infer(model: Model, update_outputs: bool = False) -> dict:
         _forget_branch_output_shapes(proto.graph)
         data_prop = not _huge_input(proto.graph)
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=data_prop)
-        if model.opset_imports.get("", model.opset_imports.get("ai.onnx")) == 10:
+        if default_opset(model) == 10:
             unbound = _unbind_slice_10_starts(proto, inferred)
             if unbound:  # again, without the Slices' constant starts
                 inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False,
