@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from pyonnxopt import check, shapes
+from pyonnxopt import check, output_values, shapes
 from pyonnxopt.errors import Error, MissingDependency, first_line
 from pyonnxopt.verify import intermediates as im
 from pyonnxopt.verify.inputs import input_specs, load_samples, random_feeds, validate_feeds
@@ -237,19 +237,23 @@ def _compare_all(a, b, names, n_outputs, feeds, table, group_size, byte_budget, 
 
 
 def _compare_one(x, y, table, layouts: bool = False) -> Optional[dict]:
+    """A tensor's comparison record; for a sequence or a map (ZipMap's
+    probabilities), its structure must be the same and its numbers are
+    compared as tensors, the records merged. None: not a value to compare."""
     if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
         tol = tolerance(x.dtype.name, table)
         return compare_arrays(x, y, tol["atol"], tol["rtol"], layouts)
-    if isinstance(x, list) and isinstance(y, list) and all(isinstance(t, np.ndarray) for t in x + y):
-        if len(x) != len(y):
-            return {**compare_arrays(np.zeros(0), np.zeros(0), 0, 0), "ok": False,
-                    "mismatch": f"sequence of {len(x)} tensors became {len(y)}"}
-        merged = None
-        for p, q in zip(x, y):
-            one = _compare_one(p, q, table)
-            merged = one if merged is None else merge(merged, one)
-        return merged
-    return None
+    xs, ys = output_values.split(x), output_values.split(y)
+    if xs is None or ys is None or xs[0] == ("none",) == ys[0]:
+        return None
+    if xs[0] != ys[0]:
+        return {**compare_arrays(np.zeros(0), np.zeros(0), 0, 0), "ok": False,
+                "mismatch": f"{output_values.describe(xs[0])} became {output_values.describe(ys[0])}"}
+    merged = None
+    for p, q in zip(xs[1], ys[1]):
+        one = _compare_one(p, q, table)
+        merged = one if merged is None else merge(merged, one)
+    return merged
 
 
 def _check_determinism(session, ref, names, feeds, index, first) -> None:
