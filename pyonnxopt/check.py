@@ -11,7 +11,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from pyonnxopt import output_values
+from pyonnxopt import output_values, string_inputs
 from pyonnxopt.dim_names import sum_terms
 from pyonnxopt.errors import Error, MissingDependency, first_line
 from pyonnxopt.weight_dims import with_implied
@@ -24,7 +24,7 @@ _ORT_TYPES = {
     "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
     "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16, "tensor(int8)": np.int8,
     "tensor(uint64)": np.uint64, "tensor(uint32)": np.uint32, "tensor(uint16)": np.uint16, "tensor(uint8)": np.uint8,
-    "tensor(bool)": np.bool_,
+    "tensor(bool)": np.bool_, "tensor(string)": np.object_,
 }
 
 
@@ -69,10 +69,11 @@ MAX_INPUT_BYTES = 1 << 30
 
 
 def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
-                  symbols: Optional[dict] = None, batch: int = 1) -> dict:
+                  symbols: Optional[dict] = None, batch: int = 1, words: tuple = ()) -> dict:
     """Seeded inputs: floats ~ N(0, 1), integers 0 or 1 (index-like inputs
     such as token ids, token types and masks stay in range of any table),
-    booleans at random; unknown dims are `batch` on an input's first axis
+    booleans at random, strings drawn from `words` (string_inputs.vocabulary
+    of the model); unknown dims are `batch` on an input's first axis
     and `size` after it, but a named dim in `symbols` takes its size
     there. Inputs named in `given` (the caller has them) are left out."""
     rng = np.random.default_rng(seed)
@@ -86,6 +87,8 @@ def random_inputs(sess, seed: int = 0, given: Iterable[str] = (), size: int = 1,
             feeds[name] = rng.standard_normal(shape, dtype=draw).astype(dtype, copy=False)
         elif dtype is np.bool_:
             feeds[name] = rng.integers(0, 2, shape).astype(np.bool_)
+        elif dtype is np.object_:
+            feeds[name] = string_inputs.draw(rng, words, shape)
         else:
             feeds[name] = rng.integers(0, 2, shape).astype(dtype)
     return feeds
@@ -159,7 +162,8 @@ class Reference:
     session, default the original's) and `inputs` (name -> array) replaces
     any of them. `required` outputs must all be in every candidate.
     `implied` ({input: {axis: size}}, see weight_dims): dynamic dims the
-    model's weights fix, read as declared with those sizes.
+    model's weights fix, read as declared with those sizes. `words`: what
+    generated string inputs hold (string_inputs.vocabulary).
 
     Generated inputs come in two samples where the model has dynamic dims:
     the first that the original runs on (small sizes), then the same with
@@ -169,7 +173,7 @@ class Reference:
 
     def __init__(self, original, *, seed: int = 0, inputs: Optional[dict] = None, shaped_by=None,
                  required: Optional[list] = None, rtol: float = 1e-4, atol: float = 1e-5, narrow_eps: float = 0.0,
-                 implied: Optional[dict] = None):
+                 implied: Optional[dict] = None, words: tuple = ()):
         if isinstance(original, (str, bytes, os.PathLike)):
             try:
                 original = session(original)
@@ -186,6 +190,7 @@ class Reference:
                 raise Error(f"check inputs: the model has no input {name!r} (inputs: {', '.join(names)})")
         self.required, self.rtol, self.atol, self.narrow_eps = list(required or []), rtol, atol, narrow_eps
         self.seed = None if inputs else seed
+        self._words = words
         self._steady = False  # whether the original was seen to give the same outputs twice
         given = set(inputs or {})
         grows = _grows(shaped_by, given)
@@ -197,7 +202,7 @@ class Reference:
         wanted = self.required or [o.name for o in original.get_outputs()]
         first_failure = None
         for size, symbols in tries:
-            feeds = random_inputs(shaped_by, seed, given=given, size=size, symbols=symbols)
+            feeds = random_inputs(shaped_by, seed, given=given, size=size, symbols=symbols, words=words)
             feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
             where = "given inputs" if inputs else f"seed {seed}" + (f", unknown dims {size}" if grows else "")
             if symbols and not inputs:
@@ -233,7 +238,8 @@ class Reference:
         if sum(np.prod(shape, dtype=np.float64) * np.dtype(t).itemsize for t, shape in shapes.values()) \
                 > SECOND_SAMPLE_BYTES:
             return
-        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols, batch=2)
+        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols, batch=2,
+                              words=self._words)
         sizes = ", ".join(f"{name} {value}" for name, value in symbols.items())
         sample = _Sample(feeds, f"seed {self.seed + 1}, dynamic dims doubled" + (f": {sizes}" if sizes else ""))
         try:
@@ -312,14 +318,15 @@ class Reference:
 def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5,
             inputs: Optional[dict] = None, shapes_from_optimized: bool = False,
             required_outputs: Optional[list] = None, narrow_eps: float = 0.0,
-            implied_dims: Optional[dict] = None) -> CheckResult:
+            implied_dims: Optional[dict] = None, words: tuple = ()) -> CheckResult:
     """Runs both (paths or serialized bytes) on the same inputs and compares
     every output of the optimized model with the original's output of the
     same name. Inputs are seeded random ones, shaped as the original declares
     them (or as the optimized model does, with `shapes_from_optimized`, for
     input dims fixed during optimization); `inputs` (name -> array) replaces
     any of them; dims the weights fix (`implied_dims`, see Reference) take
-    those sizes. `required_outputs` must all still be there. Floats match
+    those sizes; string inputs are drawn from `words`. `required_outputs`
+    must all still be there. Floats match
     within rtol, and atol scaled up to 1e-6 of the output's largest value (so
     a large output's rounding in a fused kernel is not a mismatch); for
     float16 and bfloat16 see _float_tolerance."""
@@ -339,7 +346,7 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
             return CheckResult.not_loaded(e)
     reference = Reference(a, seed=seed, inputs=inputs, shaped_by=b if shapes_from_optimized else None,
                           required=required_outputs, rtol=rtol, atol=atol, narrow_eps=narrow_eps,
-                          implied=implied_dims)
+                          implied=implied_dims, words=words)
     return reference.compare(b)
 
 

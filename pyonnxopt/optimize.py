@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Optional, Union
 
-from pyonnxopt import check, shapes
+from pyonnxopt import check, shapes, string_inputs
 from pyonnxopt.errors import Error, ModelError, VerificationError
 from pyonnxopt.model import Model, load
 from pyonnxopt.opset import default_opset, upgrade
@@ -226,9 +226,9 @@ def optimize(
             model.save(os.fspath(output))
             optimized_ref, written = os.fspath(output), True
         narrow = check.narrow_eps(original)
-        implied = weight_implied_dims(original)
+        hints = {"implied_dims": weight_implied_dims(original), "words": string_inputs.vocabulary(original)}
         report["check"] = _check(original_ref, optimized_ref, seed, check_inputs, bool(fixed), kept_outputs, narrow,
-                                 implied)
+                                 hints)
         mismatch = report["check"].get("first_mismatch")
         if mismatch and not force:
             if written:
@@ -251,7 +251,7 @@ def optimize(
                 except ModelError:  # past 2 GB inline: the passes' mismatch is all we can say
                     converted_ref = None
                 converted_check = converted_ref and _check(original_ref, converted_ref, seed, check_inputs,
-                                                           bool(fixed), kept_outputs, narrow, implied)
+                                                           bool(fixed), kept_outputs, narrow, hints)
                 if converted_check and converted_check.get("first_mismatch"):
                     raise converter_changed(report["opset_after"], converted_check["first_mismatch"], "--force",
                                             cannot_run(converted_check.get("unloadable"),
@@ -286,13 +286,14 @@ def converter_changed(opset: int, output: str, last_resort: str = "",
 
 
 def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed: bool, outputs: list,
-           narrow_eps: float, implied: dict) -> dict:
+           narrow_eps: float, hints: dict) -> dict:
     """Compares in onnxruntime. With fixed input shapes the original runs on
     inputs of the fixed shapes (which it accepts: its dims were dynamic);
-    `implied`: the dims the weights fix (weight_dims)."""
+    `hints`: what the original says of its inputs, check.compare's
+    `implied_dims` (the dims the weights fix) and `words` (its strings)."""
     try:
         result = check.compare(original_ref, optimized_ref, seed=seed, inputs=inputs, shapes_from_optimized=fixed,
-                               required_outputs=outputs, narrow_eps=narrow_eps, implied_dims=implied)
+                               required_outputs=outputs, narrow_eps=narrow_eps, **hints)
     except check.CheckUnavailable as e:
         log.info("not checked: %s", e)  # in the report; the CLI prints it
         return {"skipped": str(e)}

@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from pyonnxopt import check
+from pyonnxopt import check, string_inputs
 from pyonnxopt.check import CheckResult
 from pyonnxopt.errors import Error
 from pyonnxopt.fusion.rule import node_id
@@ -126,7 +126,8 @@ class PassChecker:
             reference = check.Reference(start.original_ref, seed=seed, inputs=inputs, shaped_by=shaped_by,
                                         required=start.kept_outputs, rtol=rtol, atol=atol,
                                         narrow_eps=check.narrow_eps(start.original),
-                                        implied=weight_implied_dims(start.original))
+                                        implied=weight_implied_dims(start.original),
+                                        words=string_inputs.vocabulary(start.original))
             upgraded = default_opset(start.model) != default_opset(start.original)
             converted = reference.compare(good) if upgraded else None
             if converted and converted.first_mismatch:  # else the first pass changing the model would take the blame

@@ -12,6 +12,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from pyonnxopt import string_inputs
 from pyonnxopt.errors import Error, ModelError, first_line
 from pyonnxopt.model import Model, load
 from pyonnxopt.verify.index_bounds import index_bounds
@@ -31,7 +32,8 @@ class InputSpec:
     exclusive upper bound found for an index-like integer input. onnx_type:
     the ONNX type as onnxruntime spells it ("tensor(float)",
     "seq(tensor(float))"). position: the index in graph.input (initializers
-    listed as inputs count), which names unnamed input_<i>.pb files."""
+    listed as inputs count), which names unnamed input_<i>.pb files.
+    words: what a generated string input holds (string_inputs.vocabulary)."""
 
     name: str
     dtype: Optional[np.dtype]
@@ -39,6 +41,7 @@ class InputSpec:
     high: Optional[int] = None
     onnx_type: str = ""
     position: int = 0
+    words: tuple = ()
 
     def __post_init__(self):
         if self.dtype is not None:
@@ -134,18 +137,23 @@ def input_specs(model, loaded: Optional[Model] = None) -> List[InputSpec]:
     bounds = index_bounds(proto, integer) if integer else {}
     for s in specs:
         s.high = bounds.get(s.name)
-    _fix_weight_implied_dims(specs, loaded if loaded is not None else model)
+    source = loaded if loaded is not None else model
+    try:
+        loaded = source if isinstance(source, Model) else load(source)
+    except ModelError:  # the proto reads, our loader refuses it: dims stay as declared, strings the fallback ones
+        return specs
+    _fix_weight_implied_dims(specs, loaded)
+    if any(s.dtype is not None and s.dtype.kind == "O" for s in specs):
+        words = string_inputs.vocabulary(loaded)
+        for s in specs:
+            s.words = words
     return specs
 
 
-def _fix_weight_implied_dims(specs: List[InputSpec], source) -> None:
+def _fix_weight_implied_dims(specs: List[InputSpec], model: Model) -> None:
     """Writes the dynamic dims the weights fix (an image's channels before a
     Conv, see pyonnxopt.weight_dims) into the specs as ints."""
-    try:
-        implied = weight_implied_dims(source if isinstance(source, Model) else load(source))
-    except ModelError:  # the proto reads, our loader refuses it: the dims stay as declared
-        return
-    shapes = with_implied({s.name: s.shape for s in specs}, implied)
+    shapes = with_implied({s.name: s.shape for s in specs}, weight_implied_dims(model))
     for s in specs:
         s.shape = shapes[s.name]
 
@@ -241,7 +249,8 @@ def random_feeds(specs: Sequence[InputSpec], seed: int = 0, batch_size: Optional
     [0, high) when the graph bounds them, else in [0, vocab_size) for
     token-id-like names (containing "ids", "token" or "input", but not
     "type", "segment" or "position") when vocab_size is given, else 0 or 1;
-    integer or bool inputs named "*mask*" all ones; other bools at random.
+    integer or bool inputs named "*mask*" all ones; other bools at random;
+    strings drawn from the spec's words.
     batch_size fills every dynamic first dim; other dynamic dims come from
     `dims` {symbol: size} or are 1, and one symbol has one size across inputs."""
     if vocab_size is not None:
@@ -265,7 +274,9 @@ def random_feeds(specs: Sequence[InputSpec], seed: int = 0, batch_size: Optional
                 feeds[spec.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
         elif kind in "iu":
             feeds[spec.name] = _integers(rng, spec, shape, vocab_size)
-        else:  # strings, complex, bfloat16/float8 (numpy has no native type for onnxruntime)
+        elif kind == "O" and spec.onnx_type == "tensor(string)":
+            feeds[spec.name] = string_inputs.draw(rng, spec.words, shape)
+        else:  # complex, bfloat16/float8 (numpy has no native type for onnxruntime)
             raise _cannot_generate(spec)
     return feeds
 
