@@ -12,7 +12,7 @@ namespace {
 // Tried in this order on each node; the first that rewrites it wins.
 constexpr algebra::Rule kRules[] = {
     algebra::remove_identity, algebra::shorten_unary_chain, algebra::bound_with_clip,
-    algebra::merge_constants, algebra::undo_concat, algebra::flatten_concat,
+    algebra::merge_constants, algebra::undo_concat, algebra::flatten_concat, algebra::reduce_to_squeeze,
 };
 
 // One pass over every graph; the rules count what they change in `stats`.

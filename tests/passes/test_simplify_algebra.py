@@ -844,3 +844,62 @@ def test_a_concat_that_only_concats_read_goes_into_each():
 def test_concats_of_another_axis_or_read_elsewhere_stay(text):
     m, r = run(text)
     assert [op for op in ops(m) if op == "Concat"] == ["Concat", "Concat"]
+
+
+# ---- reductions over axes of size 1 ----
+
+REDUCE_TO_SQUEEZE = [  # (opset, node), x: float[2,1,4,1]
+    (17, "ReduceSum <keepdims = 0> (x, axes)"),
+    (17, "ReduceMean <keepdims = 0, axes = [1, -1]> (x)"),
+    (18, "ReduceMax <keepdims = 0> (x, axes)"),
+    (18, "ReduceMin <keepdims = 0> (x, axes)"),
+    (12, "ReduceProd <keepdims = 0, axes = [1, 3]> (x)"),
+    (11, "ReduceSum <keepdims = 0, axes = [-3, 3]> (x)"),
+]
+
+
+@pytest.mark.parametrize("opset, node", REDUCE_TO_SQUEEZE)
+def test_a_reduction_over_axes_of_size_1_is_a_squeeze(opset, node):
+    text = f"""g (float[2,1,4,1] x) => (float[2,4] y) <int64[2] axes = {{1, 3}}> {{
+        y = {node}
+    }}"""
+    m, r = run(text, opset=opset)
+    assert ops(m) == ["Squeeze"] and r.stats["refused"] == []
+    squeeze = m.to_onnx().graph.node[0]
+    if opset < 13:
+        assert helper.get_attribute_value(squeeze.attribute[0]) == [1, 3]
+    else:
+        axes = {t.name: numpy_helper.to_array(t) for t in m.to_onnx().graph.initializer}[squeeze.input[1]]
+        assert axes.tolist() == [1, 3]
+    x = SPECIAL.reshape(2, 1, 4, 1)
+    same_outputs(parse(text, opset), m, {"x": x}, how="equal")  # Sum of one -0.0 may be +0.0
+    unchanged_on_second_run(m)
+
+
+def test_a_reduction_of_every_axis_of_a_single_element_is_a_squeeze():
+    text = """g (int64[1,1] x) => (int64 y) {
+        y = ReduceSum <keepdims = 0> (x)
+    }"""
+    m, r = run(text)
+    assert ops(m) == ["Squeeze"]
+    same_outputs(text, m, {"x": np.array([[7]], np.int64)})
+
+
+def test_a_reduction_over_a_longer_or_unknown_axis_stays():
+    m, r = run("""g (float[2,3] x, float[2,N] z) => (float[2] y, float[2] w) <int64[1] axes = {1}> {
+        y = ReduceSum <keepdims = 0> (x, axes)
+        w = ReduceMax <keepdims = 0, axes = [1]> (z)
+    }""")
+    assert ops(m) == ["ReduceSum", "ReduceMax"] and not r.modified
+    assert reasons(r) == ["reduced dims unknown (a Squeeze where they are all 1)"]
+
+
+def test_a_tree_ensembles_sum_over_one_tree_goes_with_its_reshape():
+    """hummingbird's perf_tree_trav for one tree: Reshape [N, 2] -> [N, 1, 2],
+    then ReduceSum over the trees' axis: nothing is left between the two."""
+    text = """g (float[N,2] x) => (float[N,2] y) <int64[3] split = {-1, 1, 2}, int64[1] trees = {1}> {
+        r = Reshape(x, split)
+        y = ReduceSum <keepdims = 0> (r, trees)
+    }"""
+    optimized, _ = pyonnxopt.optimize(parse(text))
+    assert [n.op_type for n in optimized.to_onnx().graph.node] == ["Identity"]

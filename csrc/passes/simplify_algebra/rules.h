@@ -17,5 +17,6 @@ const char* bound_with_clip(Context& ctx, ir::Graph& g, ir::Node& n);      // cl
 const char* merge_constants(Context& ctx, ir::Graph& g, ir::Node& n);      // merge_constants.cpp
 const char* undo_concat(Context& ctx, ir::Graph& g, ir::Node& n);          // concat_readers.cpp
 const char* flatten_concat(Context& ctx, ir::Graph& g, ir::Node& n);       // concat_readers.cpp
+const char* reduce_to_squeeze(Context& ctx, ir::Graph& g, ir::Node& n);    // reduce_to_squeeze.cpp
 
 }  // namespace pyonnxopt::passes::algebra
