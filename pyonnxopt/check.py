@@ -132,6 +132,7 @@ class CheckResult:
     unrunnable: Optional[str] = None  # ... or not run it on a sample the original ran on
     unknown_dims: int = 1  # the size generated inputs had for unknown dims past the first axis
     named_dims: Optional[dict] = None  # sizes given to named dims, where they had to differ (total = past + seq)
+    batch: int = 1  # the size generated inputs had for unknown first dims
     samples: int = 1  # input samples compared (a second with the dynamic dims doubled)
     doubled_skipped: Optional[str] = None  # the original's words where it could not run the doubled sample
 
@@ -152,6 +153,7 @@ class _Sample:
     where: str
     unknown_dims: int = 1
     named_dims: Optional[dict] = None
+    batch: int = 1
     want: dict = field(default_factory=dict)  # the original's outputs by name, run once each
 
 
@@ -196,27 +198,34 @@ class Reference:
         grows = _grows(shaped_by, given)
         self._sizes = CHECK_SIZES if grows else CHECK_SIZES[:1]
         named = _named_dim_tries(shaped_by, given) if grows else []
-        tries = [(size, None) for size in self._sizes] + named
-        self._tried = "" if len(tries) == 1 else (f" (unknown dims {', '.join(map(str, self._sizes))} tried"
-                                                  + (", and each named dim 2 with the others 1" if named else "") + ")")
+        batched = _batched(shaped_by, given)
+        # (unknown dims past the first axis, named dims' sizes, the batch); last, a batch of 2: a Squeeze
+        # without axes takes a batch of 1 away too (hummingbird's GEMM trees), so such a model runs from 2
+        tries = [(size, None, 1) for size in self._sizes] + [(size, sym, 1) for size, sym in named] + \
+            ([(1, None, 2)] if batched else [])
+        tried = ([f"unknown dims {', '.join(map(str, self._sizes))}"] if grows else []) + \
+            (["each named dim 2 with the others 1"] if named else []) + (["a batch of 2"] if batched else [])
+        self._tried = "" if len(tries) == 1 else f" ({', '.join(tried)} tried)"
         wanted = self.required or [o.name for o in original.get_outputs()]
         first_failure = None
-        for size, symbols in tries:
-            feeds = random_inputs(shaped_by, seed, given=given, size=size, symbols=symbols, words=words)
+        for size, symbols, batch in tries:
+            feeds = random_inputs(shaped_by, seed, given=given, size=size, symbols=symbols, batch=batch, words=words)
             feeds.update({name: np.asarray(value) for name, value in (inputs or {}).items()})
             where = "given inputs" if inputs else f"seed {seed}" + (f", unknown dims {size}" if grows else "")
             if symbols and not inputs:
                 where += ", " + ", ".join(f"{name} {value}" for name, value in symbols.items())
-            sample = _Sample(feeds, where, size, symbols)
+            if batch != 1 and not inputs:
+                where += f", batch {batch}"
+            sample = _Sample(feeds, where, size, symbols, batch)
             try:  # the outputs that must be there (else all): a run that fails says to try the next one
                 self._expect(sample, wanted)
                 break
             except CheckUnavailable as e:
                 first_failure = first_failure or e
-                if (size, symbols) == tries[-1]:
+                if (size, symbols, batch) == tries[-1]:
                     raise first_failure from e
         self._samples = [sample]
-        self.unknown_dims, self.named_dims = sample.unknown_dims, sample.named_dims
+        self.unknown_dims, self.named_dims, self.batch = sample.unknown_dims, sample.named_dims, sample.batch
         self.doubled_skipped: Optional[str] = None  # why the second sample was left out, where the original said
         if not inputs:
             self._add_doubled(shaped_by, sample, wanted)
@@ -234,12 +243,12 @@ class Reference:
                         symbols[d] = 2 * n
         if not dynamic:
             return
-        shapes = _input_shapes(shaped_by, (), 2 * first.unknown_dims, symbols, 2)
+        shapes = _input_shapes(shaped_by, (), 2 * first.unknown_dims, symbols, 2 * first.batch)
         if sum(np.prod(shape, dtype=np.float64) * np.dtype(t).itemsize for t, shape in shapes.values()) \
                 > SECOND_SAMPLE_BYTES:
             return
-        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols, batch=2,
-                              words=self._words)
+        feeds = random_inputs(shaped_by, self.seed + 1, size=2 * first.unknown_dims, symbols=symbols,
+                              batch=2 * first.batch, words=self._words)
         sizes = ", ".join(f"{name} {value}" for name, value in symbols.items())
         sample = _Sample(feeds, f"seed {self.seed + 1}, dynamic dims doubled" + (f": {sizes}" if sizes else ""))
         try:
@@ -294,6 +303,7 @@ class Reference:
                 break
         result.max_abs_diff = worst
         result.unknown_dims, result.named_dims, result.samples = self.unknown_dims, self.named_dims, len(self._samples)
+        result.batch = self.batch
         result.doubled_skipped = self.doubled_skipped
         return result
 
@@ -389,6 +399,12 @@ def _named_dim_tries(sess, given: set) -> list:
     names = list(dict.fromkeys(d for i in sess.get_inputs() if i.name not in given for d in (i.shape or [])
                                if isinstance(d, str) and d))
     return [(1, {n: 2 if n == total else 1 for n in names}) for total in names] if len(names) >= 3 else []
+
+
+def _batched(sess, given: set) -> bool:
+    """Whether some generated input has an unknown first dim."""
+    return any(i.shape and not (isinstance(i.shape[0], int) and i.shape[0] >= 0) for i in sess.get_inputs()
+               if i.name not in given)
 
 
 def _grows(sess, given: set) -> bool:

@@ -307,6 +307,8 @@ def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed
         out["unknown_dims"] = result.unknown_dims
     if result.named_dims and not inputs:
         out["named_dims"] = result.named_dims
+    if result.batch > 1 and not inputs:
+        out["batch"] = result.batch
     if result.samples > 1:
         out["samples"] = result.samples
     if result.doubled_skipped:

@@ -241,6 +241,27 @@ def test_a_cache_whose_mask_covers_past_and_new_tokens_is_checked(tmp_path, caps
     assert check["samples"] == 2  # batch 2, seq 2, past 2, total 4: the sum holds
 
 
+def test_a_model_that_squeezes_its_batch_away_at_1_is_checked_at_a_batch_of_2(tmp_path, capsys, monkeypatch):
+    # A Squeeze without axes drops every 1, the batch's too (hummingbird's
+    # GEMM trees); the Transpose after it then has one axis for its two.
+    model = onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[N,3,1] x) => (float[3,N] y) <float two = {2.0}, float three = {3.0}> {
+            s = Squeeze(x)
+            t = Transpose <perm = [1, 0]> (s)
+            a = Mul(t, two)
+            y = Mul(a, three)
+        }""")
+    path = tmp_path / "squeeze.onnx"
+    onnx.save(model, path)
+    optimized, report = optimize(str(path), str(tmp_path / "out.onnx"))
+    check = report["check"]
+    assert check["first_mismatch"] is None and check["batch"] == 2 and check["samples"] == 2
+    assert [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node] == ["Squeeze", "Transpose", "Mul"]
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["optimize", str(path), str(tmp_path / "out.onnx")]) == 0
+    assert "(max abs diff 0.0e+00, seed 0, batch 2; again with its dynamic dims doubled)" in capsys.readouterr().out
+
+
 def test_a_mask_named_as_the_sum_of_past_and_new_tokens_is_that_sum(tmp_path):
     # optimum names the mask's length `past_sequence_length + sequence_length`
     path = tmp_path / "cache.onnx"

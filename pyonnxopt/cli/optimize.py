@@ -239,6 +239,8 @@ def render(report: dict) -> None:
             inputs += f", unknown dims {check['unknown_dims']}"
         if "named_dims" in check:
             inputs += ", " + ", ".join(f"{esc(name)} {size}" for name, size in check["named_dims"].items())
+        if "batch" in check:
+            inputs += f", batch {check['batch']}"
         if check.get("samples", 1) > 1:
             inputs += "; again with its dynamic dims doubled"
         elif "doubled_skipped" in check:
