@@ -204,8 +204,8 @@ class Reference:
         tries = [(size, None, 1) for size in self._sizes] + [(size, sym, 1) for size, sym in named] + \
             ([(1, None, 2)] if batched else [])
         tried = ([f"unknown dims {', '.join(map(str, self._sizes))}"] if grows else []) + \
-            (["each named dim 2 with the others 1"] if named else []) + (["a batch of 2"] if batched else [])
-        self._tried = "" if len(tries) == 1 else f" ({', '.join(tried)} tried)"
+            (["each named dim 2 with the others 1"] if named else []) + (["batches of 1 and 2"] if batched else [])
+        self._tried = "" if len(tries) == 1 else f" (tried: {'; '.join(tried)})"
         wanted = self.required or [o.name for o in original.get_outputs()]
         first_failure = None
         for size, symbols, batch in tries:

@@ -294,7 +294,8 @@ def test_inputs_no_try_fits_are_reported_with_the_first_tries_error(tmp_path):
     onnx.save(_cache_model(True), path)
     _, report = optimize(str(path), str(tmp_path / "out.onnx"))
     skipped = report["check"]["skipped"]
-    assert "(unknown dims 1, 32, 64, 128, 224, 256, 384, 512, 1024 tried, and each named dim 2 with the others 1)" in skipped
+    assert ("(tried: unknown dims 1, 32, 64, 128, 224, 256, 384, 512, 1024; each named dim 2 with the others 1; "
+            "batches of 1 and 2)") in skipped
     assert "Concat" in skipped
 
 
@@ -383,8 +384,8 @@ def test_a_model_with_random_outputs_is_said_to_be_uncheckable():
     assert [n.op_type for n in model.graph.nodes] == ["RandomUniformLike", "Add"]
 
 
-def test_check_inputs_may_give_what_the_check_cannot_generate():
-    # A string input: random_inputs has no generator for it, the caller's file has it.
+def test_string_inputs_are_given_or_generated():
+    # A string input the model names no string for: the caller's file, or the fallback words.
     import numpy as np
     from onnx import TensorProto, helper
 
@@ -397,8 +398,9 @@ def test_check_inputs_may_give_what_the_check_cannot_generate():
     model, report = optimize(proto, check_inputs={"s": np.array(["a", "bc"])})
     assert [n.op_type for n in model.graph.nodes] == ["StringConcat"]
     assert report["check"]["first_mismatch"] is None and report["check"]["outputs"] == 1
-    _, unchecked = optimize(proto)
-    assert "cannot generate" in unchecked["check"]["skipped"]
+    assert report["check"]["seed"] is None
+    _, generated = optimize(proto)
+    assert generated["check"]["first_mismatch"] is None and generated["check"]["seed"] == 0
 
 
 def test_inputs_too_large_to_generate_leave_the_model_unchecked(cnn_path, tmp_path):

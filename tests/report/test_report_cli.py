@@ -148,8 +148,8 @@ def test_cli_runs_verify_and_bench_for_real(models, tmp_path, capsys):
         assert f'data-plot="{plot}"' in page
 
 
-def test_inputs_reach_verify_for_a_model_random_inputs_cannot_feed(tmp_path, capsys):
-    # a string input (a classical-ML model's category column)
+def test_inputs_reach_verify_for_a_string_model(tmp_path, capsys):
+    # a string input (a classical-ML model's category column): generated from its categories, or given
     import numpy as np
     import onnx
     from onnx import parser
@@ -165,11 +165,11 @@ def test_inputs_reach_verify_for_a_model_random_inputs_cannot_feed(tmp_path, cap
     onnx.save(proto, original)
     pyonnxopt.optimize(original, optimized, check_outputs=False)
     np.savez(inputs, s=np.array(["a", "b", "z"]))
-    assert main(["report", original, optimized, "--no-bench", "--json", str(tmp_path / "r.json")]) == 2
-    assert "input 's' has type tensor(string), which random inputs cannot be made of; give it with --inputs" \
-        in capsys.readouterr().err
+    assert main(["report", original, optimized, "--no-bench", "--json", str(tmp_path / "r.json")]) == 0
+    generated = json.loads((tmp_path / "r.json").read_text())["verify"]
     assert main(["report", original, optimized, "--no-bench", "--inputs", inputs,
                  "--json", str(tmp_path / "r.json")]) == 0
-    assert json.loads((tmp_path / "r.json").read_text())["verify"]["ok"]
+    given = json.loads((tmp_path / "r.json").read_text())["verify"]
+    assert generated["ok"] and given["ok"] and generated["inputs"] != given["inputs"]
     assert main(["report", original, optimized, "--inputs", str(tmp_path / "none.npz")]) == 2
     assert "--inputs " in capsys.readouterr().err

@@ -217,8 +217,8 @@ def test_scalar_and_empty_dims():
      "--vocab-size must be a positive integer, not -1"),
     ([InputSpec("x", None, None, onnx_type="seq(tensor(float))")], {},
      "input 'x' has type seq(tensor(float)), which random inputs cannot be made of; give it with --inputs"),
-    ([InputSpec("x", np.dtype(object), [2], onnx_type="tensor(string)")], {},
-     "input 'x' has type tensor(string), which random inputs cannot be made of; give it with --inputs"),
+    ([InputSpec("x", np.dtype(np.complex64), [2], onnx_type="tensor(complex64)")], {},
+     "input 'x' has type tensor(complex64), which random inputs cannot be made of; give it with --inputs"),
     ([InputSpec("x", np.dtype(np.float32), None)], {},
      "input 'x' has no declared shape, which random inputs cannot be made of; give it with --inputs"),
 ])
