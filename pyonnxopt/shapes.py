@@ -128,30 +128,54 @@ _SHAPE_OF_INPUT = {"Gelu", "FastGelu", "SkipLayerNormalization", "SkipSimplified
 # is their first input's type and shape: everything after them would lose
 # its type (a diffusion UNet's 21 GroupNormalizations).
 _STANDARD_SHAPE_OF_INPUT = {"GroupNormalization"}
+# onnxruntime's quantized ops (its QOperator format: quantize_static writes
+# them between QLinearMatMuls and QLinearConvs), each one type T for its
+# tensors: the unary ones give their input's type and shape, QLinearAdd and
+# QLinearMul broadcast A (input 0) and B (input 3) as Add and Mul do, and
+# QLinearConcat concatenates inputs 2, 5, 8, ... as Concat does.
+_QUANTIZED_SHAPE_OF_INPUT = {"QLinearSoftmax", "QLinearSigmoid", "QLinearLeakyRelu"}
+_QUANTIZED_BROADCAST = {"QLinearAdd": "Add", "QLinearMul": "Mul"}
 
 
 def _stand_in_for_onnxruntime_ops(graph) -> None:
     """In the copy inference runs on (main graph only: subgraph results are
     matched to nodes one to one), each such op becomes standard ops with the
-    same output types and shapes: Identity of the input, and for the Skip
-    norms Add(input, skip) for the residual sum."""
-    from onnx import helper
-
+    same output types and shapes: Identity of the input, for the Skip norms
+    Add(input, skip) for the residual sum, and for the quantized ops the
+    float op of the same shape (see above)."""
     nodes = []
     for n in graph.node:
-        standard = n.domain in ("", "ai.onnx") and n.op_type in _STANDARD_SHAPE_OF_INPUT
-        if not standard and (n.domain != "com.microsoft" or n.op_type not in _SHAPE_OF_INPUT) or not n.input:
-            nodes.append(n)
-            continue
-        outs = list(n.output)
-        if n.op_type.startswith("Skip") and len(n.input) > 1:
-            total = outs[3] if len(outs) > 3 and outs[3] else f"{outs[0]}::pyonnxopt_sum"
-            nodes.append(helper.make_node("Add", [n.input[0], n.input[1]], [total]))
-            nodes.append(helper.make_node("Identity", [total], [outs[0]]))
-        else:
-            nodes.append(helper.make_node("Identity", [n.input[0]], [outs[0]]))
+        nodes.extend(_stand_ins(n) or [n])
     del graph.node[:]
     graph.node.extend(nodes)
+
+
+def _stand_ins(n) -> Optional[list]:
+    """The standard nodes standing in for `n` in the inference copy, or None
+    where it is itself what onnx infers."""
+    from onnx import helper
+
+    if not n.input or not n.input[0]:
+        return None
+    op, outs = n.op_type, list(n.output)
+    if n.domain in ("", "ai.onnx"):
+        return [helper.make_node("Identity", [n.input[0]], [outs[0]])] if op in _STANDARD_SHAPE_OF_INPUT else None
+    if n.domain != "com.microsoft":
+        return None
+    if op in _SHAPE_OF_INPUT and op.startswith("Skip") and len(n.input) > 1:
+        total = outs[3] if len(outs) > 3 and outs[3] else f"{outs[0]}::pyonnxopt_sum"
+        return [helper.make_node("Add", [n.input[0], n.input[1]], [total]),
+                helper.make_node("Identity", [total], [outs[0]])]
+    if op in _SHAPE_OF_INPUT or op in _QUANTIZED_SHAPE_OF_INPUT:
+        return [helper.make_node("Identity", [n.input[0]], [outs[0]])]
+    if op in _QUANTIZED_BROADCAST and len(n.input) > 3 and n.input[3]:
+        return [helper.make_node(_QUANTIZED_BROADCAST[op], [n.input[0], n.input[3]], [outs[0]])]
+    if op == "QLinearConcat" and len(n.input) > 2:
+        axis = next((a.i for a in n.attribute if a.name == "axis"), None)
+        parts = list(n.input[2::3])
+        if axis is not None and all(parts):
+            return [helper.make_node("Concat", parts, [outs[0]], axis=axis)]
+    return None
 
 
 def _unbind_slice_10_starts(proto, inferred) -> list:

@@ -122,6 +122,46 @@ def test_inference_sees_through_the_onnxruntime_ops_fusions_emit():
     assert [n.op_type for n in m.graph.nodes] == ["SkipLayerNormalization", "FastGelu", "MatMul", "Neg"]
 
 
+def _quantized_block() -> onnx.ModelProto:
+    """onnxruntime's QOperator format: a QLinearAdd (the bias), a head-split
+    Reshape written as a no-op, a QLinearSoftmax and a QLinearConcat with the
+    input, all com.microsoft ops onnx's inference does not know."""
+    from onnx import TensorProto, helper
+
+    scale, zero = "s", "z"
+    nodes = [helper.make_node("QLinearAdd", ["x", scale, zero, "b", scale, zero, scale, zero], ["a"], domain="com.microsoft"),
+             helper.make_node("Reshape", ["a", "same"], ["r"]),
+             helper.make_node("QLinearSoftmax", ["r", scale, zero, scale, zero], ["p"], domain="com.microsoft", axis=-1,
+                              opset=13),
+             helper.make_node("QLinearConcat", [scale, zero, "p", scale, zero, "x", scale, zero], ["c"],
+                              domain="com.microsoft", axis=1),
+             helper.make_node("DequantizeLinear", ["c", scale, zero], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor(scale, TensorProto.FLOAT, [], [0.05]), helper.make_tensor(zero, TensorProto.UINT8, [], [128]),
+         helper.make_tensor("b", TensorProto.UINT8, [4], [120, 130, 140, 150]),
+         helper.make_tensor("same", TensorProto.INT64, [2], [2, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def test_inference_sees_through_onnxruntimes_quantized_ops():
+    m = pyonnxopt.load(_quantized_block())
+    pyonnxopt.shapes.infer(m)
+    shapes = {v: m.graph.value(v).type for v in ("a", "r", "p", "c")}
+    assert {v: t["shape"] for v, t in shapes.items()} == {"a": [2, 4], "r": [2, 4], "p": [2, 4], "c": [2, 8]}
+    assert {t["elem_type"] for t in shapes.values()} == {onnx.TensorProto.UINT8}
+    assert [n.op_type for n in m.graph.nodes] == ["QLinearAdd", "Reshape", "QLinearSoftmax", "QLinearConcat",
+                                                  "DequantizeLinear"]
+
+
+def test_a_no_op_reshape_between_quantized_ops_goes():
+    proto = _quantized_block()
+    optimized, report = pyonnxopt.optimize(proto)
+    assert "Reshape" not in [n.op_type for n in optimized.to_onnx().graph.node]
+    assert report["check"]["first_mismatch"] is None and report["check"]["outputs"] == 1
+
+
 def _branches_naming_values_alike():
     """If whose branches both define `s` and `c`, of different shapes (as
     optimum's merged decoders do); an If nested in the else branch reads its
