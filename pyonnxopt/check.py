@@ -36,15 +36,16 @@ def _ort():
     return onnxruntime
 
 
-def session(model_source, external_folder: Optional[str] = None):
+def session(model_source, external_folder: Optional[str] = None, optimized: bool = False):
     """A CPU session with onnxruntime's own graph optimizations off, so the check
-    compares the two models, not what onnxruntime makes of them.
-    `external_folder`: where external data lies when `model_source` is not
-    beside it (a copy in a scratch folder)."""
+    compares the two models, not what onnxruntime makes of them (`optimized`:
+    on, at their default level). `external_folder`: where external data lies
+    when `model_source` is not beside it (a copy in a scratch folder)."""
     ort = _ort()
     ort.set_default_logger_severity(3)  # a failing run is reported by us, in one line
     opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if not optimized:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.log_severity_level = 4  # its kernel errors too: the check may try several input sizes
     # Idle onnxruntime threads would spin on the cores the other model needs.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -135,6 +136,9 @@ class CheckResult:
     batch: int = 1  # the size generated inputs had for unknown first dims
     samples: int = 1  # input samples compared (a second with the dynamic dims doubled)
     doubled_skipped: Optional[str] = None  # the original's words where it could not run the doubled sample
+    # On a mismatch: how far onnxruntime's own optimizations move the original's outputs on the same inputs
+    # (max abs), where it runs with them; a model that quantizes activations at run time moves by whole steps.
+    onnxruntime_noise: Optional[float] = None
 
     @staticmethod
     def not_loaded(e: BaseException) -> "CheckResult":
@@ -193,6 +197,7 @@ class Reference:
         self.required, self.rtol, self.atol, self.narrow_eps = list(required or []), rtol, atol, narrow_eps
         self.seed = None if inputs else seed
         self._words = words
+        self._failed: Optional[tuple] = None  # (sample, output names) of the last compare's mismatch
         self._steady = False  # whether the original was seen to give the same outputs twice
         given = set(inputs or {})
         grows = _grows(shaped_by, given)
@@ -300,6 +305,7 @@ class Reference:
             result = self._compare_on(candidate, sample, names, inputs)
             worst = max(worst, result.max_abs_diff)
             if result.first_mismatch:
+                self._failed = (sample, names)
                 break
         result.max_abs_diff = worst
         result.unknown_dims, result.named_dims, result.samples = self.unknown_dims, self.named_dims, len(self._samples)
@@ -323,6 +329,25 @@ class Reference:
                                        "Dropout): there is nothing to compare with")
             self._steady = True
         return result
+
+    def onnxruntime_noise(self, source) -> Optional[float]:
+        """After a mismatch, how far the original (`source`, what `session`
+        takes) moves under onnxruntime's own optimizations on the failing
+        sample: the largest abs difference over its float outputs. None where
+        there was no mismatch, or it does not run that way."""
+        if self._failed is None:
+            return None
+        sample, names = self._failed
+        try:
+            moved = session(source, optimized=True).run(names, sample.feeds)
+        except Exception:  # onnxruntime's optimizers fail on it: nothing to say
+            return None
+        worst = 0.0
+        for name, x, y in zip(names, self._expect(sample, names), moved):
+            if isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.shape == np.shape(y):
+                with np.errstate(invalid="ignore", over="ignore"):
+                    worst = max(worst, float(np.max(np.abs(x - y), initial=0.0, where=np.isfinite(x) & np.isfinite(y))))
+        return worst
 
 
 def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5,
@@ -357,7 +382,10 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
     reference = Reference(a, seed=seed, inputs=inputs, shaped_by=b if shapes_from_optimized else None,
                           required=required_outputs, rtol=rtol, atol=atol, narrow_eps=narrow_eps,
                           implied=implied_dims, words=words)
-    return reference.compare(b)
+    result = reference.compare(b)
+    if result.first_mismatch and not (result.unloadable or result.unrunnable):
+        result.onnxruntime_noise = reference.onnxruntime_noise(original)
+    return result
 
 
 _NARROW_EPS = {10: 2.0**-10, 16: 2.0**-7}  # float16, bfloat16

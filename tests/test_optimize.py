@@ -289,6 +289,32 @@ def test_a_rewrite_right_only_at_batch_1_is_caught_by_the_doubled_sample(tmp_pat
     assert result.samples == 1 and result.first_mismatch is None  # given inputs: only those
 
 
+def test_a_mismatch_says_how_far_onnxruntimes_own_optimizations_move_the_original(monkeypatch):
+    # A model quantizing its activations at run time moves by whole steps
+    # under any re-rounding, onnxruntime's own fusions too: the check still
+    # refuses, and measures that for the user. Here "onnxruntime's
+    # optimizations" are a third model, 3x instead of 2x.
+    from onnx import parser
+
+    from pyonnxopt import check
+    from pyonnxopt.optimize import _noise_note
+
+    def model(scale):
+        return parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + f"""
+            g (float[2,4] x) => (float[2,4] y) <float s = {{{scale}}}> {{ y = Mul(x, s) }}""").SerializeToString()
+
+    unoptimized = check.session
+    monkeypatch.setattr(check, "session", lambda source, external_folder=None, optimized=False:
+                        unoptimized(model(3.0) if optimized else source, external_folder))
+    assert check.compare(model(2.0), model(2.0)).onnxruntime_noise is None
+    result = check.compare(model(2.0), model(2.5))
+    x = np.random.default_rng(0).standard_normal((2, 4), dtype=np.float32)
+    assert result.first_mismatch and result.onnxruntime_noise == pytest.approx(np.abs(x).max(), rel=1e-6)
+    note = _noise_note({"max_abs_diff": result.max_abs_diff, "onnxruntime_noise": result.onnxruntime_noise})
+    assert note.startswith("; onnxruntime's own optimizations move the original's outputs by up to ")
+    assert _noise_note({"max_abs_diff": 1.0, "onnxruntime_noise": 0.5}) == ""  # less than the difference: no excuse
+
+
 def test_inputs_no_try_fits_are_reported_with_the_first_tries_error(tmp_path):
     path = tmp_path / "odd.onnx"
     onnx.save(_cache_model(True), path)
