@@ -1,7 +1,7 @@
 """Counting another framework's exports: each optimized three ways by
 `pyonnxopt optimize` (which checks its result in onnxruntime) and by
-onnxslim and onnxsim at their defaults. Shared by jax_exports.py and
-keras_exports.py."""
+onnxslim and onnxsim at their defaults. Shared by jax_exports.py,
+keras_exports.py and sklearn_exports.py."""
 
 from __future__ import annotations
 
@@ -58,10 +58,12 @@ def count(paths: list, json_path=None) -> int:
     return 1 if any("FAILED" in map(str, r.values()) for r in rows) else 0
 
 
-def main(argv, *, description: str, opsets: str, needs: tuple, models, export, out: str) -> int:
-    """The command line both scripts share: --models, --opsets, --json.
+def main(argv, *, description: str, opsets: str, needs: tuple, models, export, out: str,
+         install: str = "") -> int:
+    """The command line the export scripts share: --models, --opsets, --json.
     `needs` are the modules to import first (2 and a one-line error
-    without them), `models()` builds {name: maker}, `export(models, names,
+    without them, saying `pip install` `install`, default the modules'
+    names), `models()` builds {name: maker}, `export(models, names,
     opsets)` writes the ONNX files under `out` and returns their paths."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--models", default="", help="comma-separated names (default: all)")
@@ -72,7 +74,7 @@ def main(argv, *, description: str, opsets: str, needs: tuple, models, export, o
         for module in needs:
             importlib.import_module(module)
     except ImportError as e:
-        print(f"error: {e.name} is not installed: pip install {' '.join(needs)}", file=sys.stderr)
+        print(f"error: {e.name} is not installed: pip install {install or ' '.join(needs)}", file=sys.stderr)
         return 2
     made = models()
     names = [n for n in args.models.split(",") if n] or list(made)
