@@ -24,7 +24,10 @@ MAX_TABLE = 1 << 16  # string constants read; a larger one is data, not a list o
 
 def vocabulary(model) -> tuple:
     """The strings a pyonnxopt.Model's nodes and constants name, in the
-    order first met, or FALLBACK."""
+    order first met, or FALLBACK; () at once for a model no string is fed
+    to (the walk over every node is not free on 100k of them)."""
+    if not any(v.type.get("elem_type") == STRING for v in model.graph.inputs):
+        return ()
     words: dict = {}
     for node in model.nodes(recursive=True):
         for name in VOCABULARY_ATTRIBUTES:

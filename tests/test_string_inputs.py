@@ -42,6 +42,14 @@ def test_a_model_naming_no_string_gets_the_fallback_words():
     assert string_inputs.vocabulary(pyonnxopt.load(helper.make_model(graph))) == string_inputs.FALLBACK
 
 
+def test_a_model_fed_no_string_has_no_vocabulary():
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              [numpy_helper.from_array(np.array(["unused"], dtype=object), "names")])
+    assert string_inputs.vocabulary(pyonnxopt.load(helper.make_model(graph))) == ()
+
+
 def test_draw_is_seeded_and_keeps_to_the_words():
     words = ("red", "green")
     a = string_inputs.draw(np.random.default_rng(0), words, (3, 4))
