@@ -885,6 +885,13 @@ def test_a_reduction_of_every_axis_of_a_single_element_is_a_squeeze():
     same_outputs(text, m, {"x": np.array([[7]], np.int64)})
 
 
+def test_a_reduction_of_a_scalar_stays():
+    m, r = run("""g (float x) => (float y) {
+        y = ReduceSum <keepdims = 0> (x)
+    }""")
+    assert ops(m) == ["ReduceSum"] and not r.modified
+
+
 def test_a_reduction_over_a_longer_or_unknown_axis_stays():
     m, r = run("""g (float[2,3] x, float[2,N] z) => (float[2] y, float[2] w) <int64[1] axes = {1}> {
         y = ReduceSum <keepdims = 0> (x, axes)

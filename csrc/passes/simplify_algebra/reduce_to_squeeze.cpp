@@ -40,6 +40,7 @@ const char* unit_axes(Context& ctx, const Model& m, const Graph& g, const Node& 
       axes.push_back(a < 0 ? a + rank : a);
     }
   }
+  if (axes.empty()) return kNotMine;  // a scalar: nothing to squeeze (and runtimes read empty axes apart)
   bool unknown = false;
   for (int64_t a : axes) {
     const int64_t dim = (*shape)[size_t(a)];
