@@ -898,7 +898,7 @@ def test_a_reduction_over_a_longer_or_unknown_axis_stays():
         w = ReduceMax <keepdims = 0, axes = [1]> (z)
     }""")
     assert ops(m) == ["ReduceSum", "ReduceMax"] and not r.modified
-    assert reasons(r) == ["reduced dims unknown (a Squeeze where they are all 1)"]
+    assert reasons(r) == []  # quietly: a pooling over an unknown length is no near miss
 
 
 def test_a_tree_ensembles_sum_over_one_tree_goes_with_its_reshape():

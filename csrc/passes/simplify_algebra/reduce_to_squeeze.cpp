@@ -4,6 +4,8 @@
 // input element). hummingbird's tree ensembles sum their trees that way over
 // an axis of one tree; collapse_reshapes then merges the Squeeze with the
 // Reshape before it. With keepdims=1 the node is a no-op: eliminate_nop.
+#include <algorithm>
+
 #include "fold/array.h"
 #include "passes/known_values.h"
 #include "passes/simplify_algebra/rules.h"
@@ -23,13 +25,14 @@ int64_t int_attr(const Node& n, const char* name, int64_t otherwise) {
   return a && a->i.has ? a->i.value : otherwise;
 }
 
-// The reduced axes, each in [0, rank), when all have size 1; else why not.
+// The reduced axes, each in [0, rank), when all are known to have size 1;
+// else why not.
 const char* unit_axes(Context& ctx, const Model& m, const Graph& g, const Node& n, std::vector<int64_t>& axes) {
   const int64_t since = n.op_type.value == "ReduceSum" ? 13 : 18;
   IntList list = int_list(m, g, n, "axes", 1, since);
   if (list.why) return ctx.say(std::string("axes ") + list.why);
   auto shape = known_shape(n.inputs[0]);
-  if (!shape) return "input rank unknown";
+  if (!shape) return kNotMine;  // quietly: a reduction is rarely over axes of 1, a report full of these says nothing
   const int64_t rank = int64_t(shape->size());
   if (list.values.empty()) {
     if (int_attr(n, "noop_with_empty_axes", 0)) return kNotMine;  // returns its input: eliminate_nop
@@ -41,13 +44,12 @@ const char* unit_axes(Context& ctx, const Model& m, const Graph& g, const Node& 
     }
   }
   if (axes.empty()) return kNotMine;  // a scalar: nothing to squeeze (and runtimes read empty axes apart)
-  bool unknown = false;
-  for (int64_t a : axes) {
-    const int64_t dim = (*shape)[size_t(a)];
-    if (dim == kUnknownDim) unknown = true;
-    else if (dim != 1) return kNotMine;
-  }
-  return unknown ? "reduced dims unknown (a Squeeze where they are all 1)" : nullptr;
+  std::vector<int64_t> sorted = axes;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return kNotMine;  // Squeeze takes each once
+  for (int64_t a : axes)
+    if ((*shape)[size_t(a)] != 1) return kNotMine;  // a longer axis, or one of unknown size
+  return nullptr;
 }
 
 }  // namespace
