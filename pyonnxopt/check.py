@@ -14,7 +14,7 @@ import numpy as np
 from pyonnxopt import output_values, string_inputs
 from pyonnxopt.dim_names import sum_terms
 from pyonnxopt.errors import Error, MissingDependency, first_line
-from pyonnxopt.weight_dims import with_implied
+from pyonnxopt.weight_dims import weight_implied_dims, with_implied
 
 
 class CheckUnavailable(Error):
@@ -342,24 +342,20 @@ class Reference:
             moved = session(source, optimized=True).run(names, sample.feeds)
         except Exception:  # onnxruntime's optimizers fail on it: nothing to say
             return None
-        worst = 0.0
-        for name, x, y in zip(names, self._expect(sample, names), moved):
-            if isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.shape == np.shape(y):
-                with np.errstate(invalid="ignore", over="ignore"):
-                    worst = max(worst, float(np.max(np.abs(x - y), initial=0.0, where=np.isfinite(x) & np.isfinite(y))))
-        return worst
+        return max((_max_abs_diff(x, y) for x, y in zip(self._expect(sample, names), moved)
+                    if isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.shape == np.shape(y)), default=0.0)
 
 
 def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float = 1e-5,
             inputs: Optional[dict] = None, shapes_from_optimized: bool = False,
             required_outputs: Optional[list] = None, narrow_eps: float = 0.0,
-            implied_dims: Optional[dict] = None, words: tuple = ()) -> CheckResult:
+            implied: Optional[dict] = None, words: tuple = ()) -> CheckResult:
     """Runs both (paths or serialized bytes) on the same inputs and compares
     every output of the optimized model with the original's output of the
     same name. Inputs are seeded random ones, shaped as the original declares
     them (or as the optimized model does, with `shapes_from_optimized`, for
     input dims fixed during optimization); `inputs` (name -> array) replaces
-    any of them; dims the weights fix (`implied_dims`, see Reference) take
+    any of them; dims the weights fix (`implied`, see Reference) take
     those sizes; string inputs are drawn from `words`. `required_outputs`
     must all still be there. Floats match
     within rtol, and atol scaled up to 1e-6 of the output's largest value (so
@@ -381,11 +377,21 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
             return CheckResult.not_loaded(e)
     reference = Reference(a, seed=seed, inputs=inputs, shaped_by=b if shapes_from_optimized else None,
                           required=required_outputs, rtol=rtol, atol=atol, narrow_eps=narrow_eps,
-                          implied=implied_dims, words=words)
+                          implied=implied, words=words)
     result = reference.compare(b)
     if result.first_mismatch and not (result.unloadable or result.unrunnable):
         result.onnxruntime_noise = reference.onnxruntime_noise(original)
     return result
+
+
+def hints(model) -> dict:
+    """What the original model (a pyonnxopt.Model) tells the check beyond
+    its session, as keyword arguments of Reference and compare: the rounding
+    step of the narrowest float type it computes in (narrow_eps), the dims
+    its weights fix (implied, weight_dims) and the strings it names (words,
+    string_inputs)."""
+    return {"narrow_eps": narrow_eps(model), "implied": weight_implied_dims(model),
+            "words": string_inputs.vocabulary(model)}
 
 
 _NARROW_EPS = {10: 2.0**-10, 16: 2.0**-7}  # float16, bfloat16
@@ -466,14 +472,18 @@ def _compare_tensor(x, y, rtol, atol, narrow_eps: float) -> tuple:
         return f"shape/dtype {x.shape}/{x.dtype} became {y.shape}/{y.dtype}", float("inf")
     if x.dtype.kind not in "fc":
         return (None if np.array_equal(x, y) else "values differ"), 0.0
-    finite = np.isfinite(x) & np.isfinite(y)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = float(np.max(np.abs(x - y), initial=0.0, where=finite))
-        scale = float(np.max(np.abs(x), initial=0.0, where=finite))
+    diff = _max_abs_diff(x, y)
+    scale = float(np.max(np.abs(x), initial=0.0, where=np.isfinite(x) & np.isfinite(y)))
     rtol_x, atol_x = _float_tolerance(x.dtype, rtol, atol, scale, narrow_eps)
     if not np.allclose(x, y, rtol=rtol_x, atol=atol_x, equal_nan=True):
         return f"max abs diff {diff:.3g}", diff
     return None, diff
+
+
+def _max_abs_diff(x, y) -> float:
+    """The largest |x - y| where both are finite (floats of one shape)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float(np.max(np.abs(x - y), initial=0.0, where=np.isfinite(x) & np.isfinite(y)))
 
 
 def _float_tolerance(dtype, rtol: float, atol: float, scale: float, narrow_eps: float = 0.0) -> tuple:

@@ -10,13 +10,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Optional, Union
 
-from pyonnxopt import check, shapes, string_inputs
+from pyonnxopt import check, shapes
 from pyonnxopt.errors import Error, ModelError, VerificationError
 from pyonnxopt.model import Model, load
 from pyonnxopt.opset import default_opset, upgrade
 from pyonnxopt.passes import PassOptions, run_passes
 from pyonnxopt.passes.manager import MAX_ITERATIONS
-from pyonnxopt.weight_dims import weight_implied_dims
 
 REPORT_VERSION = 2
 log = logging.getLogger(__name__)
@@ -225,10 +224,8 @@ def optimize(
                 raise
             model.save(os.fspath(output))
             optimized_ref, written = os.fspath(output), True
-        narrow = check.narrow_eps(original)
-        hints = {"implied_dims": weight_implied_dims(original), "words": string_inputs.vocabulary(original)}
-        report["check"] = _check(original_ref, optimized_ref, seed, check_inputs, bool(fixed), kept_outputs, narrow,
-                                 hints)
+        hints = check.hints(original)
+        report["check"] = _check(original_ref, optimized_ref, seed, check_inputs, bool(fixed), kept_outputs, hints)
         mismatch = report["check"].get("first_mismatch")
         if mismatch and not force:
             if written:
@@ -251,7 +248,7 @@ def optimize(
                 except ModelError:  # past 2 GB inline: the passes' mismatch is all we can say
                     converted_ref = None
                 converted_check = converted_ref and _check(original_ref, converted_ref, seed, check_inputs,
-                                                           bool(fixed), kept_outputs, narrow, hints)
+                                                           bool(fixed), kept_outputs, hints)
                 if converted_check and converted_check.get("first_mismatch"):
                     raise converter_changed(report["opset_after"], converted_check["first_mismatch"], "--force",
                                             cannot_run(converted_check.get("unloadable"),
@@ -299,14 +296,13 @@ def _noise_note(check_report: dict) -> str:
 
 
 def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed: bool, outputs: list,
-           narrow_eps: float, hints: dict) -> dict:
+           hints: dict) -> dict:
     """Compares in onnxruntime. With fixed input shapes the original runs on
     inputs of the fixed shapes (which it accepts: its dims were dynamic);
-    `hints`: what the original says of its inputs, check.compare's
-    `implied_dims` (the dims the weights fix) and `words` (its strings)."""
+    `hints`: check.hints of the original."""
     try:
         result = check.compare(original_ref, optimized_ref, seed=seed, inputs=inputs, shapes_from_optimized=fixed,
-                               required_outputs=outputs, narrow_eps=narrow_eps, **hints)
+                               required_outputs=outputs, **hints)
     except check.CheckUnavailable as e:
         log.info("not checked: %s", e)  # in the report; the CLI prints it
         return {"skipped": str(e)}

@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from pyonnxopt import check, string_inputs
+from pyonnxopt import check
 from pyonnxopt.check import CheckResult
 from pyonnxopt.errors import Error
 from pyonnxopt.fusion.rule import node_id
@@ -48,7 +48,6 @@ from pyonnxopt.opset import default_opset
 from pyonnxopt.optimize import Start, cannot_run, converter_changed, prepare
 from pyonnxopt.passes import PassOptions, run_passes
 from pyonnxopt.passes.manager import MAX_ITERATIONS
-from pyonnxopt.weight_dims import weight_implied_dims
 
 Progress = Optional[Callable[[str, int], None]]
 VERSION = 1
@@ -125,9 +124,7 @@ class PassChecker:
             shaped_by = check.session(good) if start.fixed else None
             reference = check.Reference(start.original_ref, seed=seed, inputs=inputs, shaped_by=shaped_by,
                                         required=start.kept_outputs, rtol=rtol, atol=atol,
-                                        narrow_eps=check.narrow_eps(start.original),
-                                        implied=weight_implied_dims(start.original),
-                                        words=string_inputs.vocabulary(start.original))
+                                        **check.hints(start.original))
             upgraded = default_opset(start.model) != default_opset(start.original)
             converted = reference.compare(good) if upgraded else None
             if converted and converted.first_mismatch:  # else the first pass changing the model would take the blame

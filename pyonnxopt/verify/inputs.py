@@ -143,10 +143,9 @@ def input_specs(model, loaded: Optional[Model] = None) -> List[InputSpec]:
     except ModelError:  # the proto reads, our loader refuses it: dims stay as declared, strings the fallback ones
         return specs
     _fix_weight_implied_dims(specs, loaded)
-    if any(s.dtype is not None and s.dtype.kind == "O" for s in specs):
-        words = string_inputs.vocabulary(loaded)
-        for s in specs:
-            s.words = words
+    words = string_inputs.vocabulary(loaded)  # () at once where no input is a string
+    for s in specs:
+        s.words = words
     return specs
 
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "fold/array.h"
+#include "fold/kernels.h"
 #include "passes/known_values.h"
 #include "passes/simplify_algebra/rules.h"
 
@@ -20,22 +21,17 @@ bool is_plain_reduce(const std::string& op) {
   return op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd";
 }
 
-int64_t int_attr(const Node& n, const char* name, int64_t otherwise) {
-  const Attribute* a = n.attribute(name);
-  return a && a->i.has ? a->i.value : otherwise;
-}
-
 // The reduced axes, each in [0, rank), when all are known to have size 1;
 // else why not.
-const char* unit_axes(Context& ctx, const Model& m, const Graph& g, const Node& n, std::vector<int64_t>& axes) {
+const char* unit_axes(Context& ctx, const Graph& g, const Node& n, std::vector<int64_t>& axes) {
   const int64_t since = n.op_type.value == "ReduceSum" ? 13 : 18;
-  IntList list = int_list(m, g, n, "axes", 1, since);
+  IntList list = int_list(ctx.model, g, n, "axes", 1, since);
   if (list.why) return ctx.say(std::string("axes ") + list.why);
   auto shape = known_shape(n.inputs[0]);
   if (!shape) return kNotMine;  // quietly: a reduction is rarely over axes of 1, a report full of these says nothing
   const int64_t rank = int64_t(shape->size());
   if (list.values.empty()) {
-    if (int_attr(n, "noop_with_empty_axes", 0)) return kNotMine;  // returns its input: eliminate_nop
+    if (fold::int_attribute(n, "noop_with_empty_axes", 0)) return kNotMine;  // returns its input: eliminate_nop
     for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
   } else {
     for (int64_t a : list.values) {
@@ -56,9 +52,9 @@ const char* unit_axes(Context& ctx, const Model& m, const Graph& g, const Node& 
 
 const char* reduce_to_squeeze(Context& ctx, Graph& g, Node& n) {
   if (!is_plain_reduce(n.op_type.value) || !single_output(n) || n.inputs.empty() || !n.inputs[0]) return kNotMine;
-  if (int_attr(n, "keepdims", 1) != 0) return kNotMine;
+  if (fold::int_attribute(n, "keepdims", 1) != 0) return kNotMine;
   std::vector<int64_t> axes;
-  if (const char* why = unit_axes(ctx, ctx.model, g, n, axes)) return why;
+  if (const char* why = unit_axes(ctx, g, n, axes)) return why;
   if (n.pinned) return "excluded from optimization";
   const int64_t opset = ctx.opset(g);
   Value* list = nullptr;  // Squeeze takes its axes as an input from opset 13
