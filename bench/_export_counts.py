@@ -43,6 +43,23 @@ def peer(path: str, tool: str):
     return nodes(out) if run.returncode == 0 else f"error {run.returncode}"
 
 
+def export_each(out: str, names, opsets, make, write) -> list:
+    """`out`/{name}_opset{opset}.onnx for each name and opset, in that order;
+    one not there yet is written by write(made, name, opset, path), made =
+    make(name) called at most once per name (building a model is the slow
+    part, and none is built where every file is there)."""
+    paths = []
+    for name in names:
+        made = None
+        for opset in opsets:
+            path = os.path.join(out, f"{name}_opset{opset}.onnx")
+            if not os.path.exists(path):
+                made = made or make(name)
+                write(made, name, opset, path)
+            paths.append(path)
+    return paths
+
+
 def count(paths: list, json_path=None) -> int:
     """Prints a row per export; 1 when a pyonnxopt result failed, else 0."""
     rows = []

@@ -129,15 +129,11 @@ def _models():
 def export(models: dict, names, opsets) -> list:
     from jax2onnx import to_onnx
 
-    paths = []
-    for name in names:
-        make, inputs = models[name]
-        for opset in opsets:
-            path = os.path.join(OUT, f"{name}_opset{opset}.onnx")
-            if not os.path.exists(path):
-                to_onnx(make(), inputs, model_name=name, opset=opset, return_mode="file", output_path=path)
-            paths.append(path)
-    return paths
+    def write(made, name, opset, path):
+        make, inputs = made
+        to_onnx(make(), inputs, model_name=name, opset=opset, return_mode="file", output_path=path)
+
+    return export_counts.export_each(OUT, names, opsets, models.get, write)
 
 
 def main(argv=None) -> int:

@@ -84,18 +84,12 @@ def export(models: dict, names, opsets) -> list:
     import tensorflow as tf
     import tf2onnx
 
-    paths = []
-    for name in names:
-        made = None
-        for opset in opsets:
-            path = os.path.join(OUT, f"{name}_opset{opset}.onnx")
-            if not os.path.exists(path):
-                made = made or models[name]()
-                model, inputs = made
-                spec = tuple(tf.TensorSpec(shape, getattr(tf, dtype), name=n) for n, shape, dtype in inputs)
-                tf2onnx.convert.from_keras(_randomized(model), input_signature=spec, opset=opset, output_path=path)
-            paths.append(path)
-    return paths
+    def write(made, name, opset, path):
+        model, inputs = made
+        spec = tuple(tf.TensorSpec(shape, getattr(tf, dtype), name=n) for n, shape, dtype in inputs)
+        tf2onnx.convert.from_keras(_randomized(model), input_signature=spec, opset=opset, output_path=path)
+
+    return export_counts.export_each(OUT, names, opsets, lambda name: models[name](), write)
 
 
 def main(argv=None) -> int:

@@ -65,19 +65,13 @@ def _models():
 def export(models: dict, names, opsets) -> list:
     from skl2onnx import convert_sklearn
 
-    paths = []
-    for name in names:
-        made = None
-        for opset in opsets:
-            path = os.path.join(OUT, f"{name}_opset{opset}.onnx")
-            if not os.path.exists(path):
-                made = made or models[name]()
-                estimator, types = made
-                onx = convert_sklearn(estimator, initial_types=types, target_opset={"": opset, "ai.onnx.ml": 3})
-                with open(path, "wb") as f:
-                    f.write(onx.SerializeToString())
-            paths.append(path)
-    return paths
+    def write(made, name, opset, path):
+        estimator, types = made
+        onx = convert_sklearn(estimator, initial_types=types, target_opset={"": opset, "ai.onnx.ml": 3})
+        with open(path, "wb") as f:
+            f.write(onx.SerializeToString())
+
+    return export_counts.export_each(OUT, names, opsets, lambda name: models[name](), write)
 
 
 def main(argv=None) -> int:

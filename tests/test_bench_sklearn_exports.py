@@ -10,6 +10,7 @@ import pytest
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
 
+import _export_counts
 import sklearn_exports
 
 HAVE_SKLEARN = all(importlib.util.find_spec(m) is not None for m in ("sklearn", "skl2onnx"))
@@ -28,3 +29,23 @@ def test_a_text_classifier_is_checked_and_counted(monkeypatch, tmp_path, capsys)
     assert sklearn_exports.main(["--models", "tfidf_logreg", "--opsets", "17"]) == 0
     row = dict(kv.split("=") for kv in capsys.readouterr().out.split())
     assert int(row["default"]) <= int(row["onnxslim"]) < int(row["export"])
+
+
+def test_each_model_is_built_once_and_only_for_missing_files(tmp_path):
+    # the loop the three export scripts share
+    built, written = [], []
+
+    def write(made, name, opset, path):
+        written.append((made, opset))
+        open(path, "w").close()
+
+    def make(name):
+        built.append(name)
+        return name.upper()
+
+    paths = _export_counts.export_each(str(tmp_path), ["a", "b"], [13, 17], make, write)
+    assert [p.rsplit("/", 1)[1] for p in paths] == ["a_opset13.onnx", "a_opset17.onnx", "b_opset13.onnx",
+                                                     "b_opset17.onnx"]
+    assert built == ["a", "b"] and written == [("A", 13), ("A", 17), ("B", 13), ("B", 17)]
+    assert _export_counts.export_each(str(tmp_path), ["a", "b"], [13, 17], make, write) == paths
+    assert built == ["a", "b"]  # every file there: nothing built again
