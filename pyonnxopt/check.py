@@ -139,6 +139,8 @@ class CheckResult:
     # On a mismatch: how far onnxruntime's own optimizations move the original's outputs on the same inputs
     # (max abs), where it runs with them; a model that quantizes activations at run time moves by whole steps.
     onnxruntime_noise: Optional[float] = None
+    # Where the candidate could not load: why the original cannot run either, if it cannot (a broken export)
+    original_fails: Optional[str] = None
 
     @staticmethod
     def not_loaded(e: BaseException) -> "CheckResult":
@@ -374,7 +376,15 @@ def compare(original, optimized, seed: int = 0, rtol: float = 1e-4, atol: float 
         try:
             b = loading_b.result()
         except Exception as e:
-            return CheckResult.not_loaded(e)
+            result = CheckResult.not_loaded(e)
+            try:  # is it our doing? An original that runs on no input was broken before (onnxruntime's load
+                # skips checks its run does not)
+                Reference(a, seed=seed, inputs=inputs, required=required_outputs, implied=implied, words=words)
+            except CheckUnavailable as failure:
+                while isinstance(failure, CheckUnavailable) and failure.__cause__ is not None:
+                    failure = failure.__cause__  # onnxruntime's words
+                result.original_fails = first_line(failure)
+            return result
     reference = Reference(a, seed=seed, inputs=inputs, shaped_by=b if shapes_from_optimized else None,
                           required=required_outputs, rtol=rtol, atol=atol, narrow_eps=narrow_eps,
                           implied=implied, words=words)

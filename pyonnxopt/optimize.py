@@ -235,6 +235,11 @@ def optimize(
                 raise VerificationError(f"onnxruntime cannot load the model with the input shapes given "
                                         f"(--input-shape/--batch): {unloadable}; nothing was written (does the "
                                         "model take those sizes?)")
+            if unloadable and report["check"].get("original_fails"):
+                raise VerificationError(f"onnxruntime cannot load the optimized model ({unloadable}); the original "
+                                        "loads but runs on none of the check's inputs either "
+                                        f"({report['check']['original_fails']}), so it was broken before; nothing "
+                                        "was written (use --force to write it anyway, or --check-inputs)")
             if unloadable and report["opset_after"] != report["opset_before"]:
                 raise VerificationError(f"onnxruntime cannot run the model upgraded to opset {report['opset_after']}: "
                                         f"{unloadable}; nothing was written (try a lower --opset, or none)")
@@ -310,6 +315,8 @@ def _check(original_ref, optimized_ref, seed: int, inputs: Optional[dict], fixed
            "first_mismatch": result.first_mismatch, "seed": None if inputs else seed}
     if result.unloadable:
         out["unloadable"] = result.unloadable
+    if result.original_fails:
+        out["original_fails"] = result.original_fails
     if result.unrunnable:
         out["unrunnable"] = result.unrunnable
     if result.unknown_dims > 1 and not inputs:

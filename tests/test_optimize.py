@@ -315,6 +315,37 @@ def test_a_mismatch_says_how_far_onnxruntimes_own_optimizations_move_the_origina
     assert _noise_note({"max_abs_diff": 1.0, "onnxruntime_noise": 0.5}) == ""  # less than the difference: no excuse
 
 
+def test_a_result_that_cannot_load_from_an_original_that_cannot_run_says_the_original_was_broken(tmp_path,
+                                                                                               monkeypatch):
+    # A broken export (a Reshape of 4 elements a row into 5 x 3: no batch
+    # fits) loads while its dims are unknown; a result whose dims are known
+    # fails onnxruntime's load (Cohere's at a mismatched head count). Not
+    # our doing, and the error says so.
+    from onnx import parser
+
+    from pyonnxopt import check
+
+    def model(body, rows="N", c=3):
+        return parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>' + f"""
+            g (float[{rows},4] x) => (float[?,?] y) <int64[2] s = {{5, 3}}, float[{c}] c = {{{", ".join(["1.0"] * c)}}}>
+            {{ {body} }}""").SerializeToString()
+
+    broken, unloadable = model("r = Reshape(x, s)  y = Add(r, c)"), model("y = Add(x, c)", rows="1")
+    result = check.compare(broken, unloadable)
+    assert result.unloadable and "Reshape" in result.original_fails
+    result = check.compare(model("y = Add(x, c)", c=4), unloadable)
+    assert result.unloadable and result.original_fails is None  # the original runs: ours to blame
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(broken)
+    real_compare = check.compare  # the passes leave this model valid: the check sees the unloadable one
+    monkeypatch.setattr(check, "compare", lambda *a, **k: real_compare(broken, unloadable))
+    with pytest.raises(pyonnxopt.Error) as e:
+        optimize(str(path), str(tmp_path / "out.onnx"))
+    assert "; the original loads but runs on none of the check's inputs either (" in str(e.value)
+    assert "so it was broken before; nothing was written" in str(e.value)
+    assert not (tmp_path / "out.onnx").exists()
+
+
 def test_inputs_no_try_fits_are_reported_with_the_first_tries_error(tmp_path):
     path = tmp_path / "odd.onnx"
     onnx.save(_cache_model(True), path)

@@ -143,7 +143,21 @@ def test_refuses_average_pool_not_counting_the_padding():
 
 def test_refuses_auto_pad():
     assert refusal(IO + PAD + " { t = Pad (x, p)  y = Conv <auto_pad = \"SAME_UPPER\"> (t, w) }", w=W["w"]) == [
-        "Conv auto_pad is 'SAME_UPPER', not NOTSET"]
+        "Conv auto_pad is 'SAME_UPPER', not NOTSET or VALID"]
+
+
+@pytest.mark.parametrize("consumer", ['Conv <auto_pad = "VALID", strides = [2, 2]> (t, w, b)',
+                                      'MaxPool <auto_pad = "VALID", kernel_shape = [3, 3], strides = [2, 2]> (t)'])
+def test_auto_pad_valid_takes_the_pads(consumer):
+    # HF EfficientNet: Pad [0, 0, 0, 0, 0, 0, 1, 1] before each strided Conv with auto_pad VALID (no padding).
+    value = "-inf" if "MaxPool" in consumer else "0.0"
+    proto = with_weights(IO + f"""<int64[8] p = {{0, 0, 0, 0, 0, 0, 1, 1}}, float v = {{{value}}}> {{
+        t = Pad (x, p, v)
+        y = {consumer}
+    }}""", **W)
+    m, _ = fused(proto)
+    (node,) = m.graph.nodes
+    assert node.attributes["pads"] == [0, 0, 1, 1] and "auto_pad" not in node.attributes
 
 
 def test_a_pad_read_by_two_convs_goes_into_both():

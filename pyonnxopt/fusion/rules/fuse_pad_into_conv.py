@@ -22,7 +22,9 @@ Refuses when:
    >= 0, a Relu's, Sigmoid's or Clip(min >= 0)'s: Keras's ZeroPadding2D
    before a ResNet's MaxPool);
 4. the pads touch the batch or channel axis, or are negative (a crop);
-5. the consumer's auto_pad is not NOTSET;
+5. the consumer's auto_pad is SAME_UPPER or SAME_LOWER (its padding
+   depends on the input's size); VALID, no padding, becomes NOTSET with
+   the Pad's pads (HF EfficientNet pads each strided depthwise Conv so);
 6. AveragePool does not count the padding (count_include_pad=0, or opset
    below 7): its divisor would change;
 7. a pool with ceil_mode=1 (windows past the padding count differently),
@@ -88,7 +90,8 @@ class FusePadIntoConv(Rule):
         consumer = m["consumer"]
         pads = _combined(consumer, _spatial_pads(m))
         inputs = [m["x"]] + [v for v in (m["w"], m["b"]) if v is not None]
-        edit.replace_root(consumer.op_type, inputs, {"pads": pads}, copy_attrs_from=consumer)
+        fused = edit.replace_root(consumer.op_type, inputs, {"pads": pads}, copy_attrs_from=consumer)
+        fused.remove_attribute("auto_pad")  # VALID: no padding of its own, now explicit
         return None
 
 
@@ -99,8 +102,8 @@ def _consumer_refusal(m: Match, consumer, added: list) -> Optional[str]:
     why = _value_refusal(m, op)
     if why:
         return why
-    if attribute(consumer, "auto_pad", "NOTSET") != "NOTSET":
-        return f"{op} auto_pad is {attribute(consumer, 'auto_pad')!r}, not NOTSET"
+    if attribute(consumer, "auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        return f"{op} auto_pad is {attribute(consumer, 'auto_pad')!r}, not NOTSET or VALID"
     own = attribute(consumer, "pads")
     if own and len(own) != len(added):
         return f"{op} pads {list(own)} do not fit its {len(added) // 2} spatial axes"
@@ -212,6 +215,6 @@ def _nonnegative(v) -> bool:
 def _combined(consumer, added: list) -> list:
     """The consumer's pads plus `added` (an own pads list of another length
     is caught by check)."""
-    own = attribute(consumer, "pads")
+    own = attribute(consumer, "pads") if attribute(consumer, "auto_pad", "NOTSET") == "NOTSET" else None
     own = list(own) if own else [0] * len(added)
     return [int(a) + int(b) for a, b in zip(own, added)]
