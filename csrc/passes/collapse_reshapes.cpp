@@ -220,6 +220,11 @@ const char* target_of(const Model& m, const Graph& g, const std::deque<Node*>& c
       if ((*dims)[i] == kUnknownDim && origins[i] == static_cast<int64_t>(i)) (*dims)[i] = 0, copies = true;
   const auto unknown = std::count(dims->begin(), dims->end(), kUnknownDim);
   if (unknown > 1) return "more than one dim of the output is unknown";
+  // A -1 beside a copy of a dim that may be empty (a detector's kept boxes) is undefined where the chain ran.
+  if (unknown && copies)
+    for (size_t i = 0; i < dims->size(); ++i)
+      if ((*dims)[i] == 0 && may_be_empty(chain.front()->inputs[0], i))
+        return "a dim it copies may be empty (a data-dependent count), and -1 beside an empty dim is undefined";
   if (empty && unknown) return "an empty dim beside the unknown one (-1 would be ill-defined)";
   if (empty && default_opset(m, g) < 14) return "an empty dim needs allowzero (opset >= 14)";
   target = {*dims, empty && !copies};

@@ -1,5 +1,7 @@
 #include "passes/known_values.h"
 
+#include <algorithm>
+
 #include "passes/pass.h"
 #include "proto/type_info.h"
 #include "proto/wire.h"
@@ -62,6 +64,17 @@ std::optional<std::vector<int64_t>> known_shape(const Value* v) {
   std::vector<int64_t> dims;
   for (const proto::Dim& d : t->dims) dims.push_back(d.has_value && d.value >= 0 ? d.value : kUnknownDim);
   return dims;
+}
+
+bool may_be_empty(const Value* v, size_t axis) {
+  if (const Tensor* t = constant_tensor(v)) return axis >= t->dims.size() || t->dims[axis] <= 0;
+  auto t = declared_tensor_type(v);
+  if (!t || !t->has_shape || axis >= t->dims.size()) return true;
+  const proto::Dim& d = t->dims[axis];
+  if (d.has_value) return d.value <= 0;
+  const std::string& p = d.param;
+  if (p.empty() || p.rfind("unk__", 0) == 0) return true;
+  return p.size() > 1 && p[0] == 'u' && std::all_of(p.begin() + 1, p.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 bool fully_static(const std::vector<int64_t>& shape) {

@@ -30,6 +30,13 @@ constexpr int64_t kUnknownDim = -1;
 // so only its declared type counts.
 std::optional<std::vector<int64_t>> known_shape(const ir::Value* v);
 
+// Whether dim `axis` of `v` may be 0 on some input the model is fed: not a
+// stated positive size, nor a named symbol (the model's inputs' dims, and
+// what shape inference derives from them). onnx's generated unk__N, torch
+// export's unbacked u0, u1, ... and unnamed dims may be data-dependent
+// counts (NonZero, TopK, NMS): 0 when nothing is kept.
+bool may_be_empty(const ir::Value* v, size_t axis);
+
 // True when every dim of `shape` is known.
 bool fully_static(const std::vector<int64_t>& shape);
 

@@ -21,11 +21,14 @@ allowzero=0 where a 0 copies: the copied dim is the very entry the target
 held, an empty one included. The arithmetic may go through Casts to int32
 and back (tf2onnx's), Gathers and Slices of shape values, and Concats.
 Refused: an entry whose producer is not one of those forms or whose count
-is unknown; with allowzero=1, a -1 it would add
-(beside an empty dim -1 is ill-defined where the original target was not)."""
+is unknown; a -1 it would add beside a 0 copying a dim that may be empty
+(a data-dependent count: onnxruntime cannot work a -1 out beside an empty
+dim, where the original target ran), and with allowzero=1 any -1 it would
+add."""
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import numpy as np
@@ -148,8 +151,24 @@ def resolve(x_dims: Optional[list], entries: list) -> tuple:
     if unknown:
         if -1 in out:
             return None, "one entry is unknown and another is already -1"
+        for j, e in enumerate(out):
+            d = x_dims[j] if x_dims is not None and j < len(x_dims) else None
+            if e == 0 and not _never_empty(d):
+                # A detector's boxes after NonZero/TopK: with none kept, [0, -1] fails where [0, 4] ran
+                return None, f"entry {j} copies dim {d!r}, which may be empty, and a -1 beside an empty dim is undefined"
         out[unknown[0]] = -1
     return out, None
+
+
+def _never_empty(d) -> bool:
+    """A dim that is not 0 on any input the model is fed: a positive size, or
+    a named symbol (the model's inputs' dims, and what the symbolic walk
+    derives from them). onnx's generated unk__N and torch.export's unbacked
+    u0, u1, ... may be data-dependent counts (NonZero, TopK, NMS): 0 when
+    nothing is kept."""
+    if isinstance(d, int):
+        return d > 0
+    return isinstance(d, str) and bool(d) and not d.startswith("unk__") and re.fullmatch(r"u\d+", d) is None
 
 
 def _constant(g, hint: str, shape: list, before, as_node: bool):

@@ -97,6 +97,25 @@ def test_a_copied_dim_that_moved_is_not_a_zero():
     assert not r.modified and reasons(r) == ["more than one dim of the output is unknown"]
 
 
+@pytest.mark.parametrize("rows", ["unk__3", "u0", "N"])
+def test_no_minus_one_beside_a_copy_of_a_count_that_may_be_empty(rows):
+    # A detector's kept boxes: onnx names such a count unk__N, torch.export
+    # u0. With none kept the chain runs, and [0, -1, 1] could not work its
+    # -1 out beside the empty rows. A named dim (an input's) takes it.
+    text = f"""g (float[{rows},1,H] x) => (float[{rows},H,1] y) <int64[1] one = {{1}}, int64[1] two = {{2}}> {{
+        a = Squeeze(x, one)
+        y = Unsqueeze(a, two)
+    }}"""
+    m, r = run(text)
+    empty = {"x": np.zeros((0, 1, 5), np.float32)}
+    if rows == "N":
+        assert initializer(m, "y_shape").tolist() == [0, -1, 1]
+        return
+    assert not r.modified and reasons(r) == [
+        "a dim it copies may be empty (a data-dependent count), and -1 beside an empty dim is undefined"]
+    assert [o.shape for o in outputs(m, empty)] == [(0, 5, 1)]
+
+
 def test_the_declared_output_shape_fills_in_what_the_chain_leaves_unknown():
     m, r = check("""g (float[N,M] x) => (float[6,1] y) <int64[1] minus = {-1}, int64[1] one = {1}> {
         a = Reshape(x, minus)

@@ -194,3 +194,40 @@ def test_an_unknown_entry_beside_a_minus_one_the_walk_cannot_work_out_stays():
         y = ReduceSum <keepdims = 0> (f)
     }""")
     assert target(m) is None and any("already -1" in x for x in r.stats["refused"])
+
+
+def test_no_minus_one_beside_a_count_that_may_be_empty():
+    # retinanet's boxes: Reshape(t, [Gather(Shape(t), 0), computed]) where
+    # t's rows are a data-dependent count (NonZero here). [0, -1] fails in
+    # onnxruntime once no box is kept (-1 beside an empty dim); the original
+    # target ran. Beside a named dim the -1 is still made.
+    text = """g (float[{rows},3] x) => (int64[?,?] y) {{
+        nz = NonZero(x)
+        t = Transpose <perm = [1, 0]> (nz)
+        s = Shape(t)
+        i = Constant <value = int64 {{0}}> ()
+        j = Constant <value = int64 {{1}}> ()
+        ax = Constant <value = int64[1] {{0}}> ()
+        rows = Gather(s, i)
+        cols = Gather(s, j)
+        one = Constant <value = int64 {{1}}> ()
+        width = Mul(cols, one)
+        t0 = Unsqueeze(rows, ax)
+        t1 = Unsqueeze(width, ax)
+        target = Concat <axis = 0> (t0, t1)
+        y = Reshape(t, target)
+    }}"""
+    before, m, r = run(text.format(rows="N"))
+    assert target(m) is None
+    assert any("copies dim 'unk__" in x and "may be empty" in x for x in r.stats["refused"]), r.stats["refused"]
+    same_at_sizes(before, m, [(2, 3), (0, 3)])
+    zeros = {"x": np.zeros((2, 3), np.float32)}  # nothing kept: the empty case itself
+    assert [a.shape for a in outputs(m, zeros)] == [(0, 2)]
+    assert _resolve(["batch", 6], ["batch", object()]) == ([0, -1], None)
+    assert _resolve(["u0", 6], ["u0", object()])[0] is None  # torch.export's data-dependent size
+
+
+def _resolve(x_dims, entries):
+    from pyonnxopt.passes.resolve_dynamic_reshapes import _UNKNOWN, resolve
+
+    return resolve(x_dims, [_UNKNOWN if type(e) is object else e for e in entries])
