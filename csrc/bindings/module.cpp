@@ -13,6 +13,7 @@
 #include "ir/model.h"
 #include "match/pattern.h"
 #include "passes/bypass.h"
+#include "passes/known_values.h"
 #include "passes/pass.h"
 #include "proto/reader.h"
 #include "proto/type_info.h"
@@ -614,6 +615,9 @@ PYBIND11_MODULE(_core, m) {
            "The value of this name in this scope or an enclosing one, or None.")
       .def("topological_order", [](const GraphRef& g) { return refs(g.model, g.ptr->topological_order()); })
       .def("outer_references", [](const GraphRef& g) { return refs(g.model, g.ptr->outer_references()); })
+      .def("count_symbols", [](const GraphRef& g) { return passes::count_symbols(*g.ptr); },
+           "The dim symbols that may be 0 on some run: data-dependent counts (NonZero, TopK, ...; "
+           "torch.export's u0). See passes/known_values.h.")
       .def("remove_node", [](const GraphRef& g, const NodeRef& n) { g.ptr->remove_node(n.ptr); })
       .def("remove_output", [](const GraphRef& g, size_t index) { g.ptr->remove_output(index); },
            "Drops graph output `index`; what only it read becomes dead code.")

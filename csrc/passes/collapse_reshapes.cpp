@@ -187,7 +187,22 @@ struct Target {
 };
 
 // The one shape that makes the chain's output from its input.
-const char* target_of(const Model& m, const Graph& g, const std::deque<Node*>& chain, Target& target, std::string& why) {
+// count_symbols of a graph, worked out once and only where a rewrite asks.
+class Counts {
+ public:
+  explicit Counts(const Graph& g) : g_(g) {}
+  const std::set<std::string>& get() {
+    if (!symbols_) symbols_ = count_symbols(g_);
+    return *symbols_;
+  }
+
+ private:
+  const Graph& g_;
+  std::optional<std::set<std::string>> symbols_;
+};
+
+const char* target_of(const Model& m, const Graph& g, const std::deque<Node*>& chain, Counts& counts, Target& target,
+                      std::string& why) {
   const Node& last = *chain.back();
   if (last.op_type.value == "Reshape") {
     IntList shape = int_list(m, g, last, "shape", 1, 5);
@@ -223,7 +238,7 @@ const char* target_of(const Model& m, const Graph& g, const std::deque<Node*>& c
   // A -1 beside a copy of a dim that may be empty (a detector's kept boxes) is undefined where the chain ran.
   if (unknown && copies)
     for (size_t i = 0; i < dims->size(); ++i)
-      if ((*dims)[i] == 0 && may_be_empty(chain.front()->inputs[0], i))
+      if ((*dims)[i] == 0 && may_be_empty(chain.front()->inputs[0], i, counts.get()))
         return "a dim it copies may be empty (a data-dependent count), and -1 beside an empty dim is undefined";
   if (empty && unknown) return "an empty dim beside the unknown one (-1 would be ill-defined)";
   if (empty && default_opset(m, g) < 14) return "an empty dim needs allowzero (opset >= 14)";
@@ -385,12 +400,13 @@ PassStats CollapseReshapes::run(Model& model, const PassOptions&) const {
     std::set<std::string> refused;
     bool changed = false;
     const int64_t opset = default_opset(model, *g);
+    Counts counts(*g);
     for (Node* last : g->topological_order()) {
       if (last->removed || !is_chain_op(*last) || continues(*g, *last)) continue;
       std::deque<Node*> chain = chain_ending_at(*g, last, refused);
       if (chain.size() < 2) continue;
       Target target;
-      if (const char* r = target_of(model, *g, chain, target, why)) {
+      if (const char* r = target_of(model, *g, chain, counts, target, why)) {
         AxisMoves moves;
         if (!axis_moves(model, *g, chain, moves) || moves.nodes() >= chain.size()) {
           refused.insert(last->display_name() + ": " + r);

@@ -66,15 +66,53 @@ std::optional<std::vector<int64_t>> known_shape(const Value* v) {
   return dims;
 }
 
-bool may_be_empty(const Value* v, size_t axis) {
+namespace {
+
+bool unbacked(const std::string& p) {  // torch.export's name for a data-dependent size
+  return p.size() > 1 && p[0] == 'u' && std::all_of(p.begin() + 1, p.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool counts_elements(const Node& n) {
+  static const std::set<std::string> ops = {"NonZero", "TopK", "NonMaxSuppression", "Compress", "Unique",
+                                            "Loop", "Scan", "If"};
+  return (n.domain.value.empty() || n.domain.value == "ai.onnx") && ops.count(n.op_type.value) > 0;
+}
+
+}  // namespace
+
+std::set<std::string> count_symbols(const Graph& graph) {
+  std::set<std::string> seen, counts;
+  std::set<const Value*> dependent;  // computed from a count
+  auto note = [&](const Value* v) {
+    auto t = declared_tensor_type(v);
+    if (!t) return;
+    for (const proto::Dim& d : t->dims) {
+      if (d.has_value || d.param.empty()) continue;
+      if (unbacked(d.param) || (seen.insert(d.param).second && dependent.count(v) && d.param.rfind("unk__", 0) == 0))
+        counts.insert(d.param);
+    }
+  };
+  for (const Value* v : graph.values())
+    if (v->is_graph_input) note(v);
+  for (const Node* n : graph.topological_order()) {
+    bool from_count = counts_elements(*n);
+    for (const Value* in : n->inputs) from_count = from_count || (in && dependent.count(in));
+    for (const Value* out : n->outputs) {
+      if (!out) continue;
+      if (from_count) dependent.insert(out);
+      note(out);
+    }
+  }
+  return counts;
+}
+
+bool may_be_empty(const Value* v, size_t axis, const std::set<std::string>& counts) {
   if (const Tensor* t = constant_tensor(v)) return axis >= t->dims.size() || t->dims[axis] <= 0;
   auto t = declared_tensor_type(v);
   if (!t || !t->has_shape || axis >= t->dims.size()) return true;
   const proto::Dim& d = t->dims[axis];
   if (d.has_value) return d.value <= 0;
-  const std::string& p = d.param;
-  if (p.empty() || p.rfind("unk__", 0) == 0) return true;
-  return p.size() > 1 && p[0] == 'u' && std::all_of(p.begin() + 1, p.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return d.param.empty() || counts.count(d.param) > 0 || unbacked(d.param);
 }
 
 bool fully_static(const std::vector<int64_t>& shape) {

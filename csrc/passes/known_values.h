@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "ir/model.h"
@@ -30,12 +32,17 @@ constexpr int64_t kUnknownDim = -1;
 // so only its declared type counts.
 std::optional<std::vector<int64_t>> known_shape(const ir::Value* v);
 
-// Whether dim `axis` of `v` may be 0 on some input the model is fed: not a
-// stated positive size, nor a named symbol (the model's inputs' dims, and
-// what shape inference derives from them). onnx's generated unk__N, torch
-// export's unbacked u0, u1, ... and unnamed dims may be data-dependent
-// counts (NonZero, TopK, NMS): 0 when nothing is kept.
-bool may_be_empty(const ir::Value* v, size_t axis);
+// The symbols of `graph` that may be 0 on some run, being data-dependent
+// counts: onnx's generated unk__N names that first appear on a value computed
+// from a NonZero, TopK, NonMaxSuppression, Compress, Unique, Loop, Scan or If
+// (a detector's kept boxes), and torch.export's unbacked u0, u1, ... The
+// model's inputs' dims and what shape inference derives from them alone are
+// not among them: a model is not fed empty inputs.
+std::set<std::string> count_symbols(const ir::Graph& graph);
+
+// Whether dim `axis` of `v` may be 0 (see count_symbols): not a positive size
+// nor a symbol outside `counts`; an unnamed dim may.
+bool may_be_empty(const ir::Value* v, size_t axis, const std::set<std::string>& counts);
 
 // True when every dim of `shape` is known.
 bool fully_static(const std::vector<int64_t>& shape);

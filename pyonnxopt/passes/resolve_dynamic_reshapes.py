@@ -22,13 +22,12 @@ held, an empty one included. The arithmetic may go through Casts to int32
 and back (tf2onnx's), Gathers and Slices of shape values, and Concats.
 Refused: an entry whose producer is not one of those forms or whose count
 is unknown; a -1 it would add beside a 0 copying a dim that may be empty
-(a data-dependent count: onnxruntime cannot work a -1 out beside an empty
-dim, where the original target ran), and with allowzero=1 any -1 it would
-add."""
+(a data-dependent count, Graph.count_symbols: onnxruntime cannot work a -1
+out beside an empty dim, where the original target ran), and with
+allowzero=1 any -1 it would add."""
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import numpy as np
@@ -135,8 +134,9 @@ def _with_known_output_dims(entries: list, out_dims: Optional[list]) -> list:
     return [o if isinstance(o, int) and (not isinstance(e, int) or e == -1) else e for e, o in zip(entries, out_dims)]
 
 
-def resolve(x_dims: Optional[list], entries: list) -> tuple:
-    """(constant target, None) or (None, why not)."""
+def resolve(x_dims: Optional[list], entries: list, counts: frozenset = frozenset()) -> tuple:
+    """(constant target, None) or (None, why not). `counts`: the symbols
+    that may be 0 (Graph.count_symbols)."""
     out = []
     for j, e in enumerate(entries):
         if isinstance(e, int):
@@ -153,22 +153,12 @@ def resolve(x_dims: Optional[list], entries: list) -> tuple:
             return None, "one entry is unknown and another is already -1"
         for j, e in enumerate(out):
             d = x_dims[j] if x_dims is not None and j < len(x_dims) else None
-            if e == 0 and not _never_empty(d):
-                # A detector's boxes after NonZero/TopK: with none kept, [0, -1] fails where [0, 4] ran
-                return None, f"entry {j} copies dim {d!r}, which may be empty, and a -1 beside an empty dim is undefined"
+            if e == 0 and not (isinstance(d, int) and d > 0 or isinstance(d, str) and d not in counts):
+                # A detector's boxes after TopK: with none kept, [0, -1] fails where [0, 4] ran
+                return None, (f"entry {j} copies dim {d!r}, a count that may be empty, and a -1 beside an empty "
+                              "dim is undefined")
         out[unknown[0]] = -1
     return out, None
-
-
-def _never_empty(d) -> bool:
-    """A dim that is not 0 on any input the model is fed: a positive size, or
-    a named symbol (the model's inputs' dims, and what the symbolic walk
-    derives from them). onnx's generated unk__N and torch.export's unbacked
-    u0, u1, ... may be data-dependent counts (NonZero, TopK, NMS): 0 when
-    nothing is kept."""
-    if isinstance(d, int):
-        return d > 0
-    return isinstance(d, str) and bool(d) and not d.startswith("unk__") and re.fullmatch(r"u\d+", d) is None
 
 
 def _constant(g, hint: str, shape: list, before, as_node: bool):
@@ -190,6 +180,7 @@ class ResolveDynamicReshapes(Pass):
         for g in model._core.all_graphs():
             if g.is_function_body:
                 continue
+            counts = None  # worked out where a -1 is to be made
             for n in list(g.nodes):
                 if n.op_type != "Reshape" or n.domain or n.removed or n.pinned or len(n.inputs) < 2:
                     continue
@@ -201,9 +192,12 @@ class ResolveDynamicReshapes(Pass):
                 entries = _entries(target)
                 if entries is None:
                     continue
-                shape, why = resolve(dims(n.inputs[0]), entries)
+                if counts is None and any(not isinstance(e, int) for e in entries):
+                    counts = frozenset(g.count_symbols())
+                shape, why = resolve(dims(n.inputs[0]), entries, counts or frozenset())
                 if why:
-                    shape, why = resolve(dims(n.inputs[0]), _with_known_output_dims(entries, dims(n.outputs[0])))
+                    shape, why = resolve(dims(n.inputs[0]), _with_known_output_dims(entries, dims(n.outputs[0])),
+                                         counts or frozenset())
                 allowzero = n.attributes.get("allowzero", 0)
                 if not why and allowzero and (-1 in shape and -1 not in entries):
                     # The copies are exact with allowzero=0 (an empty dim is copied as 0), but a -1 made

@@ -97,22 +97,31 @@ def test_a_copied_dim_that_moved_is_not_a_zero():
     assert not r.modified and reasons(r) == ["more than one dim of the output is unknown"]
 
 
-@pytest.mark.parametrize("rows", ["unk__3", "u0", "N"])
-def test_no_minus_one_beside_a_copy_of_a_count_that_may_be_empty(rows):
-    # A detector's kept boxes: onnx names such a count unk__N, torch.export
-    # u0. With none kept the chain runs, and [0, -1, 1] could not work its
-    # -1 out beside the empty rows. A named dim (an input's) takes it.
-    text = f"""g (float[{rows},1,H] x) => (float[{rows},H,1] y) <int64[1] one = {{1}}, int64[1] two = {{2}}> {{
-        a = Squeeze(x, one)
+@pytest.mark.parametrize("source", ["nonzero", "u0", "input"])
+def test_no_minus_one_beside_a_copy_of_a_count_that_may_be_empty(source):
+    # A detector's kept boxes: rows gathered by NonZero's indices (onnx
+    # names their count unk__N), or torch.export's data-dependent u0. With
+    # none kept the chain runs, and [0, -1, 1] could not work its -1 out
+    # beside the empty rows. Rows that are an input's dim take it.
+    rows = "u0" if source == "u0" else "M"
+    gather = "g = Gather <axis = 0> (x, idx)" if source == "nonzero" else "g = Identity(x)"
+    text = f"""g (float[M] keep, float[{rows},1,H] x) => (float[?,?,1] y) <int64[1] zero = {{0}}, int64[1] one = {{1}},
+                                                                   int64[1] two = {{2}}> {{
+        nz = NonZero(keep)
+        idx = Squeeze(nz, zero)
+        {gather}
+        a = Squeeze(g, one)
         y = Unsqueeze(a, two)
     }}"""
-    m, r = run(text)
-    empty = {"x": np.zeros((0, 1, 5), np.float32)}
-    if rows == "N":
-        assert initializer(m, "y_shape").tolist() == [0, -1, 1]
+    m = pyonnxopt.load(parse(text))
+    get("infer_shapes").run(m)
+    r = get("collapse_reshapes").run(m, PassOptions())
+    if source == "input":
+        assert [n.op_type for n in m.graph.nodes][-1] == "Reshape" and initializer(m, "y_shape").tolist() == [0, -1, 1]
         return
-    assert not r.modified and reasons(r) == [
-        "a dim it copies may be empty (a data-dependent count), and -1 beside an empty dim is undefined"]
+    assert "Squeeze" in [n.op_type for n in m.graph.nodes] and any(
+        "a dim it copies may be empty (a data-dependent count)" in x for x in r.stats["refused"]), r.stats
+    empty = {"keep": np.zeros(3, np.float32), "x": np.ones((3 if source == "nonzero" else 0, 1, 5), np.float32)}
     assert [o.shape for o in outputs(m, empty)] == [(0, 5, 1)]
 
 
