@@ -186,7 +186,6 @@ struct Target {
   bool allowzero = false;
 };
 
-// The one shape that makes the chain's output from its input.
 // count_symbols of a graph, worked out once and only where a rewrite asks.
 class Counts {
  public:
@@ -201,6 +200,7 @@ class Counts {
   std::optional<std::set<std::string>> symbols_;
 };
 
+// The one shape that makes the chain's output from its input.
 const char* target_of(const Model& m, const Graph& g, const std::deque<Node*>& chain, Counts& counts, Target& target,
                       std::string& why) {
   const Node& last = *chain.back();
