@@ -6,20 +6,16 @@ import json
 import math
 import os
 import shutil
-import sys
 
 import onnx
 import onnx.parser
 import pytest
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-sys.path.insert(0, BENCH)
-
-import _evaluate  # noqa: E402
-import _goals  # noqa: E402
-import _report  # noqa: E402
-import _reuse  # noqa: E402
-import compare  # noqa: E402
+import _evaluate
+import _goals
+import _report
+import _reuse
+import compare
 
 INF = float("inf")
 LEVELS = ["disable", "all"]

@@ -1,15 +1,10 @@
 """bench/decode_step.py: a cache dim gets --past, the total length one more,
 and two exports of one decoder are timed and compared."""
 
-import os
-import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
-
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-sys.path.insert(0, BENCH)
 
 import decode_step
 

@@ -2,13 +2,8 @@
 what the ops it replaces compute (one round, short chains)."""
 
 import json
-import os
-import sys
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-sys.path.insert(0, BENCH)
-
-import fused_ops  # noqa: E402
+import fused_ops
 
 
 def test_every_case_runs_and_agrees(tmp_path, monkeypatch, capsys):

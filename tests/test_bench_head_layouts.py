@@ -2,11 +2,6 @@
 exported one computes (one round, one block)."""
 
 import json
-import os
-import sys
-
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-sys.path.insert(0, BENCH)
 
 import head_layouts
 

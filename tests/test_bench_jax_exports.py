@@ -2,15 +2,11 @@
 missing jax stack is a one-line error, not a traceback."""
 
 import importlib.util
-import os
 import sys
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
-
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-sys.path.insert(0, BENCH)
 
 import _export_counts
 import jax_exports

@@ -2,13 +2,9 @@
 missing tensorflow is a one-line error, not a traceback."""
 
 import importlib.util
-import os
 import sys
 
 import pytest
-
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-sys.path.insert(0, BENCH)
 
 import keras_exports
 

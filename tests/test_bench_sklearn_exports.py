@@ -2,13 +2,9 @@
 a missing scikit-learn is a one-line error that names the pip packages."""
 
 import importlib.util
-import os
 import sys
 
 import pytest
-
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-sys.path.insert(0, BENCH)
 
 import _export_counts
 import sklearn_exports
