@@ -112,7 +112,7 @@ bool may_be_empty(const Value* v, size_t axis, const std::set<std::string>& coun
   if (!t || !t->has_shape || axis >= t->dims.size()) return true;
   const proto::Dim& d = t->dims[axis];
   if (d.has_value) return d.value <= 0;
-  return d.param.empty() || counts.count(d.param) > 0 || unbacked(d.param);
+  return d.param.empty() || counts.count(d.param) > 0;  // count_symbols holds the unbacked u0, u1, ... too
 }
 
 bool fully_static(const std::vector<int64_t>& shape) {

@@ -180,7 +180,7 @@ class ResolveDynamicReshapes(Pass):
         for g in model._core.all_graphs():
             if g.is_function_body:
                 continue
-            counts = None  # worked out where a -1 is to be made
+            counts = None  # Graph.count_symbols, worked out for the first target that may need it
             for n in list(g.nodes):
                 if n.op_type != "Reshape" or n.domain or n.removed or n.pinned or len(n.inputs) < 2:
                     continue
@@ -192,12 +192,12 @@ class ResolveDynamicReshapes(Pass):
                 entries = _entries(target)
                 if entries is None:
                     continue
-                if counts is None and any(not isinstance(e, int) for e in entries):
-                    counts = frozenset(g.count_symbols())
-                shape, why = resolve(dims(n.inputs[0]), entries, counts or frozenset())
+                if counts is None and not all(isinstance(e, int) for e in entries):
+                    counts = frozenset(g.count_symbols())  # only an entry not a constant can become a -1
+                x_dims, may_be_empty = dims(n.inputs[0]), counts or frozenset()
+                shape, why = resolve(x_dims, entries, may_be_empty)
                 if why:
-                    shape, why = resolve(dims(n.inputs[0]), _with_known_output_dims(entries, dims(n.outputs[0])),
-                                         counts or frozenset())
+                    shape, why = resolve(x_dims, _with_known_output_dims(entries, dims(n.outputs[0])), may_be_empty)
                 allowzero = n.attributes.get("allowzero", 0)
                 if not why and allowzero and (-1 in shape and -1 not in entries):
                     # The copies are exact with allowzero=0 (an empty dim is copied as 0), but a -1 made
