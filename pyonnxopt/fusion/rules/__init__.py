@@ -9,6 +9,7 @@ from pyonnxopt.fusion.rules.fuse_bias_gelu import FuseBiasGelu
 from pyonnxopt.fusion.rules.fuse_consecutive_slices import FuseConsecutiveSlices
 from pyonnxopt.fusion.rules.fuse_conv_activation import FuseConvActivation
 from pyonnxopt.fusion.rules.fuse_conv_batchnorm import FuseConvBatchnorm
+from pyonnxopt.fusion.rules.fuse_conv_branches import FuseConvBranches
 from pyonnxopt.fusion.rules.fuse_conv_input_scale import FuseConvInputScale
 from pyonnxopt.fusion.rules.fuse_conv_scale_bias import FuseConvScaleBias
 from pyonnxopt.fusion.rules.fuse_gelu import FuseGelu
@@ -28,12 +29,14 @@ from pyonnxopt.fusion.rules.lower_einsum import LowerEinsum
 BUILTIN_RULES: list = [
     LowerEinsum(),  # matrix products spelled as Einsum: MatMuls for every rule after it
     # Conv/Gemm/Pad folding (wt-convs): padding first, then BatchNormalization,
-    # then the per-channel Mul/Add it may leave, then MatMul+Add into Gemm;
+    # then the per-channel Mul/Add it may leave, then the added branches of
+    # one input, then MatMul+Add into Gemm;
     # with --target ort, the activation (and residual) into a FusedConv last.
     FusePadIntoConv(),
     FuseHardSwish(),  # before FusedConv takes a Conv's Add (x + 3 is one)
     FuseConvBatchnorm(),
     FuseConvScaleBias(),
+    FuseConvBranches(),  # the branches' BatchNormalizations are in their weights by now
     FuseConvActivation(),
     FuseGemmBatchnorm(),
     FuseMatmulAddIntoGemm(),
