@@ -72,7 +72,9 @@ bool prepare(Region& region, bool constants_as_nodes, int64_t opset) {
     for (size_t i = 0; i < m.push.inputs.size(); ++i) {
       PushedInput& in = m.push.inputs[i];
       if (in.kind == PushedInput::kTransposedConstant) {
-        in.tensor = transposed_constant(*m.node->inputs[i]->initializer, m.perm.size(), inverse(m.perm));
+        const Tensor& t = *m.node->inputs[i]->initializer;
+        in.tensor = in.own_perm.empty() ? transposed_constant(t, m.perm.size(), inverse(m.perm))
+                                        : transposed_constant(t, in.own_perm.size(), in.own_perm);
         if (!in.tensor) return false;
       }
       // Constant-1 (before opset 9) holds floats only.
@@ -182,6 +184,11 @@ class Applier {
           break;
         }
       }
+    }
+    if (m.push.swap_inputs) {
+      Value *first = n->inputs[0], *second = n->inputs[1];
+      g_.set_input(n, 0, second);
+      g_.set_input(n, 1, first);
     }
     for (Attribute& a : m.push.attributes) set_attribute(*n, std::move(a));
     for (size_t i = 0; i < n->outputs.size(); ++i) {

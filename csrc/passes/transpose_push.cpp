@@ -334,15 +334,36 @@ const char* gather(const PushQuery& q, Push& out) {
 
 // MatMul(Transpose<q>(v), B) with B 2-d multiplies each row of the last
 // axis alone: any q that keeps the last axis moves below it unchanged.
+// A q that swaps the last two axes (the batch axes among themselves) and a
+// constant B: T(v) @ B = T(Bᵀ @ v), Bᵀ broadcast over v's batch axes, so
+// N' is MatMul(Bᵀ, v) and its output is transposed by q (MLP-Mixer's and
+// gMLP's token mixing, a Linear over the time axis of [B, C, T]).
 const char* matmul(const PushQuery& q, Push& out) {
   const Node& n = q.node;
   const size_t r = q.perm.size();
-  if (r < 3 || q.perm[r - 1] != static_cast<int64_t>(r - 1)) return "the Transpose moves the reduced (last) axis";
+  const bool rows = r >= 3 && q.perm[r - 1] == static_cast<int64_t>(r - 1);
+  const bool swap = r >= 2 && q.perm[r - 1] == static_cast<int64_t>(r - 2) && q.perm[r - 2] == static_cast<int64_t>(r - 1);
+  if (!rows && !swap) return "the Transpose moves the reduced (last) axis (other than swapping it with the one before)";
   if (n.inputs.size() != 2 || !n.inputs[0] || !n.inputs[1] || !q.transposed(*n.inputs[0]))
     return "the transposed value is not MatMul's first input";
   std::optional<std::vector<int64_t>> b = known_shape(n.inputs[1]);
   if (!b || b->size() != 2) return refuse(out, "the second input " + quoted(n.inputs[1]) + " is not known to be 2-d");
-  return start(q, out, 1);
+  if (rows) return start(q, out, 1);
+  // One row makes MatMul(Bᵀ, v) a product of a matrix by a vector per batch
+  // where the original was one matrix product.
+  std::optional<std::vector<int64_t>> a = known_shape(n.inputs[0]);
+  if (a && a->size() == r && (*a)[r - 2] == 1) return "the Transpose swaps the last two axes of a single row";
+  const Tensor* c = constant_of(n.inputs[1]);
+  if (!c) return refuse(out, "the Transpose swaps the last two axes and the second input " + quoted(n.inputs[1]) +
+                                 " is not a constant to transpose instead");
+  if ((*b)[0] * (*b)[1] > static_cast<int64_t>(kSmallConstant) && read_elsewhere(n.inputs[1], n))
+    return refuse(out, "constant " + quoted(n.inputs[1]) + " is read elsewhere: a transposed copy would grow the model");
+  if (!readable(*c)) return refuse(out, "constant " + quoted(n.inputs[1]) + " has data that cannot be transposed here");
+  start(q, out, 1);
+  out.inputs[1].kind = PushedInput::kTransposedConstant;
+  out.inputs[1].own_perm = {1, 0};
+  out.swap_inputs = true;
+  return nullptr;
 }
 
 // Reshape(Transpose<q>(v), t) where t only splits and merges runs of axes

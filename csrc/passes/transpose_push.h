@@ -21,7 +21,8 @@
 //     given) and Gather of one constant scalar index alike, dropping their
 //     axes;
 //   - MatMul with a 2-d second input, when q keeps the last axis: each row
-//     is multiplied alone, so nothing changes;
+//     is multiplied alone, so nothing changes; when q swaps the last two
+//     axes and that input is a constant B: MatMul(Bᵀ, v), inputs swapped;
 //   - Reshape that keeps the first k axes, the ones q moves (each target
 //     entry 0, that size, or one -1 beside a rest that holds exactly the
 //     other axes' elements): the target's first k entries become 0 (copy)
@@ -65,18 +66,20 @@ struct PushedInput {
   enum Kind {
     kKeep,                // the same value
     kPermuted,            // a value transposed by q: read what it transposes
-    kTransposedConstant,  // a constant: its transposed copy (full rank, perm inverse(q))
+    kTransposedConstant,  // a constant: its transposed copy (full rank, perm inverse(q); or own_perm)
     kReplaced,            // a new constant `tensor` (past the inputs: an added input)
     kUnitMoved,           // a computed operand of full rank: Transpose(it, inverse(q)), which moves only
                           // axes of size 1 (LLaMA's cos [1, 1, S, D]), so becomes a Reshape
   } kind = kKeep;
   std::shared_ptr<const ir::Tensor> tensor;
+  Perm own_perm;  // kTransposedConstant: transposed at its own rank by this instead (MatMul's Bᵀ)
 };
 
 struct Push {
   std::vector<PushedInput> inputs;        // one per input slot, plus any added ones
   std::vector<ir::Attribute> attributes;  // set on N', each replacing the one of its name
   std::vector<Perm> outputs;              // per output, q' (empty: needs no Transpose)
+  bool swap_inputs = false;               // N' reads its first two inputs the other way round
   std::string reason;                     // holds the text of a refusal that names a value
 };
 

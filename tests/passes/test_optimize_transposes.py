@@ -430,7 +430,7 @@ def test_matmul_by_a_matrix_and_a_row_keeping_reshape_let_it_through():
         t = Transpose <perm = [1, 2, 0]> (x)
         p = MatMul(t, w)
         y = Relu(p)
-    }""", "the Transpose moves the reduced (last) axis"),
+    }""", "the Transpose moves the reduced (last) axis (other than swapping it with the one before)"),
     ("""g (float[3,5,4] x) => (float[15,4] y) <int64[2] s = {-1, 4}> {
         t = Transpose <perm = [1, 0, 2]> (x)
         r = Reshape(t, s)
@@ -447,6 +447,80 @@ def test_matmul_and_reshape_refusals(text, why):
     m, _ = run_pass("infer_shapes", parse(text))
     r = get("optimize_transposes").run(m, PassOptions())
     assert structure(m) == structure(before) and why in reasons(r), r.stats["refused"]
+
+
+MIXER_WEIGHTS = {name: np.random.default_rng(i).standard_normal(shape).astype(np.float32)
+                 for i, (name, shape) in enumerate((("w1", (3, 6)), ("w2", (6, 3)), ("b1", (6,)), ("b2", (3,))))}
+
+
+def mixer(w2="w2", inputs=""):
+    """MLP-Mixer's token mixing: [B, 3 tokens, 4 channels] -> [B, 4, 3] ->
+    two Linears over the tokens -> back, added to x."""
+    proto = parse(f"""g (float[B,3,4] x{inputs}) => (float[B,3,4] y) {{
+        t = Transpose <perm = [0, 2, 1]> (x)
+        h = MatMul(t, w1)
+        hb = Add(h, b1)
+        a = Relu(hb)
+        o = MatMul(a, {w2})
+        ob = Add(o, b2)
+        u = Transpose <perm = [0, 2, 1]> (ob)
+        y = Add(x, u)
+    }}""")
+    for name, array in MIXER_WEIGHTS.items():
+        if name != "w2" or w2 == "w2":
+            proto.graph.initializer.append(numpy_helper.from_array(array, name))
+    return proto
+
+
+def test_a_transpose_swapping_the_last_two_axes_moves_through_a_matmul_by_a_constant():
+    # T(v) @ W = T(Wᵀ @ v): both Linears compute on the untransposed [B, tokens, C], and the Transposes cancel
+    m, _ = check(mixer(), shaped=True)
+    assert "Transpose" not in ops(m)
+    first, second = (n for n in m.graph.nodes if n.op_type == "MatMul")
+    assert (first.inputs[1].name, second.inputs[1].name) == ("x", "a")
+    np.testing.assert_array_equal(first.inputs[0].initializer.numpy(), MIXER_WEIGHTS["w1"].T)
+    np.testing.assert_array_equal(second.inputs[0].initializer.numpy(), MIXER_WEIGHTS["w2"].T)
+    assert initializer(m, next(n for n in m.graph.nodes if n.op_type == "Add").inputs[1].name).shape == (1, 6, 1)
+
+
+def test_a_2d_transpose_moves_through_a_matmul_by_a_constant():
+    m, _ = check("""g (float[3,4] x) => (float[3,4] y) <float[3,3] w = {1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0}> {
+        t = Transpose <perm = [1, 0]> (x)
+        p = MatMul(t, w)
+        y = Transpose <perm = [1, 0]> (p)
+    }""", shaped=True)
+    assert structure(m)[0][0] == "MatMul" and "Transpose" not in ops(m)
+
+
+@pytest.mark.parametrize("model, why", [
+    (mixer(w2="w", inputs=", float[6,3] w"),
+     "the Transpose swaps the last two axes and the second input 'w' is not a constant to transpose instead"),
+    # one row (the channels' mean): MatMul(Wᵀ, v) would be a matrix-vector product per batch
+    (parse("""g (float[B,3,4] x) => (float[B,2,1] y) <float[3,2] w = {1.0, 2.0, 3.0, 4.0, 5.0, 6.0}> {
+        t = Transpose <perm = [0, 2, 1]> (x)
+        m = ReduceMean <axes = [1]> (t)
+        p = MatMul(m, w)
+        y = Transpose <perm = [0, 2, 1]> (p)
+    }"""), "the Transpose swaps the last two axes of a single row"),
+])
+def test_matmul_swap_refusals(model, why):
+    m, _ = run_pass("infer_shapes", model)
+    r = get("optimize_transposes").run(m, PassOptions())
+    assert "Transpose" in ops(m) and why in reasons(r), r.stats["refused"]
+
+
+def test_a_large_weight_read_elsewhere_is_not_copied_transposed():
+    proto = parse("""g (float[2,9,4] x, float[2,4,9] z) => (float[2,9,4] y, float[2,4,9] v) {
+        t = Transpose <perm = [0, 2, 1]> (x)
+        p = MatMul(t, w)
+        y = Transpose <perm = [0, 2, 1]> (p)
+        v = MatMul(z, w)
+    }""")
+    proto.graph.initializer.append(numpy_helper.from_array(np.ones((9, 9), np.float32), "w"))
+    m, _ = run_pass("infer_shapes", proto)
+    r = get("optimize_transposes").run(m, PassOptions())
+    assert ops(m).count("Transpose") == 2
+    assert "constant 'w' is read elsewhere: a transposed copy would grow the model" in reasons(r)
 
 
 def test_reshape_splitting_the_last_axis_behind_a_4d_transpose():
