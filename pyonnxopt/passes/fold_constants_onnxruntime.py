@@ -8,7 +8,8 @@ Refuses, saying why in the report:
   1. a result larger than the fold size limit and larger than the constants
      it frees (growth-aware: a constant something else still reads is not
      freed), judged from inferred shapes before running where they are
-     known, else after;
+     known, else after; unless only folded nodes read it, and it is known
+     to be below SESSION_BYTES: computed on the way, it is never kept;
   2. a growing op (ConstantOfShape, Expand, Tile, ...) whose output size is
      not known before running;
   3. a node onnxruntime cannot run (its error's first line); nodes reading
@@ -101,15 +102,41 @@ class _Plan:
         chosen = set(found)
         self.freed = {v for n in found for v in self.leaves[n]
                       if not v.is_graph_output and all(u in chosen for u, _ in v.uses)}
-        dropped: set = set()
+        # A result too big to keep may still be computed on the way to one
+        # that is small enough, if only folded nodes read it: the cpb MLP of
+        # Swin V2 (Gemm [2401, 2] -> [2401, 384] -> Relu -> Gemm) ends in a
+        # bias of [2401, heads], and only that becomes an initializer.
+        too_big = {n: why for n in found if (why := self._too_big_to_try(n, options))}
+        kept = set(found)
+        changed = True
+        while changed:
+            changed = False
+            for n in found:
+                if n not in kept:
+                    continue
+                inputs_dropped = any(v is not None and v in self.produced and self.produced[v] not in kept
+                                     for v in n.inputs)
+                if inputs_dropped or (n in too_big and not self._passed_on(n, kept)):
+                    kept.discard(n)
+                    changed = True
         for n in found:
-            if any(v is not None and self.produced.get(v) in dropped for v in n.inputs):
-                dropped.add(n)
-            elif why := self._too_big_to_try(n, options):
-                self.refused.append(f"'{n.name}' ({n.op_type}): not folded: {why}")
-                dropped.add(n)
-            else:
+            if n in kept:
                 self.nodes.append(n)
+            elif n in too_big:
+                self.refused.append(f"'{n.name}' ({n.op_type}): not folded: {too_big[n]}")
+
+    def _passed_on(self, n, kept: set) -> bool:
+        """Whether only nodes in `kept` read n's outputs, each of known size
+        below SESSION_BYTES (computed in the session, never stored)."""
+        for v in n.outputs:
+            if v is None or not (v.uses or v.is_graph_output):
+                continue
+            numel = _static_numel(v)
+            if v.is_graph_output or numel is None or numel * _elem_bytes(v) > SESSION_BYTES:
+                return False
+            if any(u not in kept for u, _ in v.uses):
+                return False
+        return True
 
     def allowed_bytes(self, node, options: PassOptions) -> int:
         return max(options.fold_size_limit, sum(v.initializer.nbytes for v in self.leaves[node] & self.freed))

@@ -192,3 +192,41 @@ def test_a_scalar_result_stays_a_scalar():
     assert got.graph.value("s").initializer.dims == []
     feeds = {"x": np.array([5], np.float32), "ax": np.array([0], np.int64)}
     np.testing.assert_array_equal(outputs(got, feeds)[0], [np.sin(np.float32(0.5)), 5])
+
+
+def cpb_mlp(wide_read_elsewhere=False):
+    """Swin V2's continuous position bias: a constant table through a wide
+    Linear, Relu and a narrow Linear; the wide result ([64, 64] floats, 16
+    KiB) is past a 1 KiB limit, the narrow one ([64, 2], 512 bytes) is not."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), name)
+             for name, s in (("table", (64, 2)), ("w1", (2, 64)), ("w2", (64, 2)))]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 2])
+    vi = [helper.make_tensor_value_info(v, TensorProto.FLOAT, [64, 64]) for v in ("wide", "act")]
+    nodes = [helper.make_node("MatMul", ["table", "w1"], ["wide"], name="wide"),
+             helper.make_node("Relu", ["wide"], ["act"]),
+             helper.make_node("MatMul", ["act", "w2"], ["bias"], name="narrow"),
+             helper.make_node("Add", ["x", "bias"], ["y"])]
+    outs = [y]
+    if wide_read_elsewhere:  # by a node of the rest of the graph
+        z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [64, 64])
+        nodes.append(helper.make_node("Mul", ["wide", "z"], ["wz"]))
+        outs.append(helper.make_tensor_value_info("wz", TensorProto.FLOAT, [64, 64]))
+        return model(nodes, [x, z], outs, inits, vi)
+    return model(nodes, [x], outs, inits, vi)
+
+
+def test_a_result_past_the_limit_that_only_folded_nodes_read_is_computed_on_the_way():
+    before = cpb_mlp()
+    got, r = run(before, fold_size_limit=1024)
+    assert [n.op_type for n in got.graph.nodes] == ["Add"] and r.stats["refused"] == []
+    feeds = {"x": np.ones((64, 2), np.float32)}
+    np.testing.assert_allclose(outputs(got, feeds)[0], outputs(before, feeds)[0], rtol=1e-6)
+
+
+def test_a_result_past_the_limit_read_by_the_rest_of_the_graph_stops_the_chain():
+    got, r = run(cpb_mlp(wide_read_elsewhere=True), fold_size_limit=1024)
+    assert [n.op_type for n in got.graph.nodes] == ["MatMul", "Relu", "MatMul", "Add", "Mul"]
+    assert any("'wide' (MatMul): not folded: result of 16384 bytes passes the fold size limit" in x
+               for x in r.stats["refused"])
