@@ -24,6 +24,7 @@ from pyonnxopt.fusion.rules.fuse_pad_into_conv import FusePadIntoConv
 from pyonnxopt.fusion.rules.fuse_quick_gelu import FuseQuickGelu
 from pyonnxopt.fusion.rules.fuse_rms_normalization import FuseRmsNormalization
 from pyonnxopt.fusion.rules.fuse_rotary_heads import FuseRotaryHeads
+from pyonnxopt.fusion.rules.fuse_transpose_into_gemm import FuseTransposeIntoGemm
 from pyonnxopt.fusion.rules.lower_einsum import LowerEinsum
 
 BUILTIN_RULES: list = [
@@ -59,4 +60,5 @@ BUILTIN_RULES: list = [
     # Data movement.
     FuseConsecutiveSlices(),
     CancelRowTransposes(),
+    FuseTransposeIntoGemm(),  # after_fusions: what cancel_row_transposes leaves
 ]
