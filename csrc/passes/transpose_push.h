@@ -22,7 +22,9 @@
 //     axes;
 //   - MatMul with a 2-d second input, when q keeps the last axis: each row
 //     is multiplied alone, so nothing changes; when q swaps the last two
-//     axes and that input is a constant B: MatMul(Bᵀ, v), inputs swapped;
+//     axes and that input is a constant B: MatMul(Bᵀ, v), inputs swapped
+//     (with `regroup` only: after the fusions, which read Linears as
+//     MatMul(x, W));
 //   - Reshape that keeps the first k axes, the ones q moves (each target
 //     entry 0, that size, or one -1 beside a rest that holds exactly the
 //     other axes' elements): the target's first k entries become 0 (copy)

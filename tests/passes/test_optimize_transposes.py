@@ -474,7 +474,7 @@ def mixer(w2="w2", inputs=""):
 
 def test_a_transpose_swapping_the_last_two_axes_moves_through_a_matmul_by_a_constant():
     # T(v) @ W = T(Wᵀ @ v): both Linears compute on the untransposed [B, tokens, C], and the Transposes cancel
-    m, _ = check(mixer(), shaped=True)
+    m, _ = check(mixer(), shaped=True, name="regroup_transposes")
     assert "Transpose" not in ops(m)
     first, second = (n for n in m.graph.nodes if n.op_type == "MatMul")
     assert (first.inputs[1].name, second.inputs[1].name) == ("x", "a")
@@ -488,11 +488,19 @@ def test_a_2d_transpose_moves_through_a_matmul_by_a_constant():
         t = Transpose <perm = [1, 0]> (x)
         p = MatMul(t, w)
         y = Transpose <perm = [1, 0]> (p)
-    }""", shaped=True)
+    }""", shaped=True, name="regroup_transposes")
     assert structure(m)[0][0] == "MatMul" and "Transpose" not in ops(m)
 
 
 @pytest.mark.parametrize("model, why", [
+    # an attention's key projection: K = T(x) @ Wk, scores = q @ T(K)
+    (parse("""g (float[B,4,3] x, float[B,3,4] q) => (float[B,3,3] s)
+            <float[4,4] wk = {1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0}> {
+        t = Transpose <perm = [0, 2, 1]> (x)
+        k = MatMul(t, wk)
+        kt = Transpose <perm = [0, 2, 1]> (k)
+        s = MatMul(q, kt)
+    }"""), "the Transpose swaps the last two axes and the product feeds an attention (a projection)"),
     (mixer(w2="w", inputs=", float[6,3] w"),
      "the Transpose swaps the last two axes and the second input 'w' is not a constant to transpose instead"),
     # one row (the channels' mean): MatMul(Wᵀ, v) would be a matrix-vector product per batch
@@ -505,8 +513,14 @@ def test_a_2d_transpose_moves_through_a_matmul_by_a_constant():
 ])
 def test_matmul_swap_refusals(model, why):
     m, _ = run_pass("infer_shapes", model)
-    r = get("optimize_transposes").run(m, PassOptions())
+    r = get("regroup_transposes").run(m, PassOptions())
     assert "Transpose" in ops(m) and why in reasons(r), r.stats["refused"]
+
+
+def test_optimize_transposes_leaves_the_swap_to_regroup_transposes():
+    m, _ = run_pass("infer_shapes", mixer())
+    r = get("optimize_transposes").run(m, PassOptions())
+    assert "the Transpose swaps the last two axes: moved after the fusions (regroup_transposes)" in reasons(r)
 
 
 def test_a_large_weight_read_elsewhere_is_not_copied_transposed():
@@ -518,7 +532,7 @@ def test_a_large_weight_read_elsewhere_is_not_copied_transposed():
     }""")
     proto.graph.initializer.append(numpy_helper.from_array(np.ones((9, 9), np.float32), "w"))
     m, _ = run_pass("infer_shapes", proto)
-    r = get("optimize_transposes").run(m, PassOptions())
+    r = get("regroup_transposes").run(m, PassOptions())
     assert ops(m).count("Transpose") == 2
     assert "constant 'w' is read elsewhere: a transposed copy would grow the model" in reasons(r)
 
