@@ -360,7 +360,8 @@ const char* matmul(const PushQuery& q, Push& out) {
   const Node& n = q.node;
   const size_t r = q.perm.size();
   const bool rows = r >= 3 && q.perm[r - 1] == static_cast<int64_t>(r - 1);
-  const bool swap = r >= 2 && q.perm[r - 1] == static_cast<int64_t>(r - 2) && q.perm[r - 2] == static_cast<int64_t>(r - 1);
+  const bool swap =
+      r >= 2 && q.perm[r - 1] == static_cast<int64_t>(r - 2) && q.perm[r - 2] == static_cast<int64_t>(r - 1);
   if (!rows && !swap) return "the Transpose moves the reduced (last) axis (other than swapping it with the one before)";
   if (n.inputs.size() != 2 || !n.inputs[0] || !n.inputs[1] || !q.transposed(*n.inputs[0]))
     return "the transposed value is not MatMul's first input";
@@ -384,8 +385,11 @@ const char* matmul(const PushQuery& q, Push& out) {
   const Tensor* c = constant_of(n.inputs[1]);
   if (!c) return refuse(out, "the Transpose swaps the last two axes and the second input " + quoted(n.inputs[1]) +
                                  " is not a constant to transpose instead");
-  if ((*b)[0] * (*b)[1] > static_cast<int64_t>(kSmallConstant) && read_elsewhere(n.inputs[1], n))
-    return refuse(out, "constant " + quoted(n.inputs[1]) + " is read elsewhere: a transposed copy would grow the model");
+  uint64_t count = 1;
+  for (int64_t d : c->dims) count *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+  if (count > kSmallConstant && read_elsewhere(n.inputs[1], n))
+    return refuse(out,
+                  "constant " + quoted(n.inputs[1]) + " is read elsewhere: a transposed copy would grow the model");
   if (!readable(*c)) return refuse(out, "constant " + quoted(n.inputs[1]) + " has data that cannot be transposed here");
   start(q, out, 1);
   out.inputs[1].kind = PushedInput::kTransposedConstant;
