@@ -88,48 +88,46 @@ class FuseConvBranches(Rule):
                 Op("Add", a, x, name="add", commutative=True)]
 
     def run(self, model, options: PassOptions = PassOptions()) -> PassResult:
-        result = run_rule(self, model, options)
+        result = more = run_rule(self, model, options)
         for _ in range(MAX_SWEEPS):
-            if not result.modified:
-                break
-            more = run_rule(self, model, options)
             if not more.modified:
                 break
-            for key in ("nodes_removed", "nodes_added"):
-                result.stats[key] += more.stats[key]
-            for key in ("rewrites", "refused", "near_misses"):
+            more = run_rule(self, model, options)
+            for key in ("nodes_removed", "nodes_added", "rewrites", "refused", "near_misses"):
                 result.stats[key] += more.stats[key]
         return result
 
     def check(self, m: Match) -> Optional[str]:
-        merged = _merge(m)
-        return merged if isinstance(merged, str) else None
+        plan = _plan(m)
+        return plan if isinstance(plan, str) else None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        merged = _merge(m)
-        if isinstance(merged, str):
-            return merged
-        weight, bias, begin, end = merged
+        plan = _plan(m)
+        if isinstance(plan, str):
+            return plan
+        a, b, (kernel, begin, end, at_a, at_b) = plan
+        weight = np.zeros(a.weight.shape[:2] + kernel, np.float64)
+        for branch, at in ((a, at_a), (b, at_b)):
+            taps = tuple(slice(o, o + k) for o, k in zip(at, branch.kernel))
+            weight[(slice(None), slice(None)) + taps] += branch.weight
+        biases = [x.bias for x in (a, b) if x.bias is not None]
         conv = m["conv_a"]
-        inputs = [m["x"], edit.constant(weight, f"{m['wa'].name}_branches")]
-        if bias is not None:
-            inputs.append(edit.constant(bias, f"{m['wa'].name}_branches_bias"))
-        fused = edit.replace_root("Conv", inputs, {"pads": list(begin) + list(end)}, copy_attrs_from=conv)
+        inputs = [m["x"], edit.constant(weight.astype(a.dtype), f"{m['wa'].name}_branches")]
+        if biases:
+            inputs.append(edit.constant(sum(biases).astype(a.dtype), f"{m['wa'].name}_branches_bias"))
+        fused = edit.replace_root("Conv", inputs, {"pads": begin + end}, copy_attrs_from=conv)
         fused.remove_attribute("auto_pad")  # VALID: its pads are now explicit zeros
         if "kernel_shape" in conv.attributes:
-            fused.set_attribute("kernel_shape", list(weight.shape[2:]))
+            fused.set_attribute("kernel_shape", list(kernel))
         return None
 
 
-def _merge(m: Match) -> Union[tuple, str]:
-    """(weight, bias or None, pads begin, pads end) of the one Conv, or why not."""
+def _plan(m: Match) -> Union[tuple, str]:
+    """(branch a, branch b, their common grid) of the match, or why not."""
     a = _branch(m, "conv_a", "wa", "ba")
     if isinstance(a, str):
         return a
-    if "conv_b" in m:
-        b = _branch(m, "conv_b", "wb", "bb")
-    else:
-        b = _identity(m, a)
+    b = _branch(m, "conv_b", "wb", "bb") if "conv_b" in m else _identity(m, a)
     if isinstance(b, str):
         return b
     if a.dtype != b.dtype:
@@ -144,16 +142,7 @@ def _merge(m: Match) -> Union[tuple, str]:
         return (f"the weights' channels differ ({list(a.weight.shape[:2])} and {list(b.weight.shape[:2])} "
                 "output and input channels per group)")
     grid = _grid(a, b)
-    if isinstance(grid, str):
-        return grid
-    kernel, begin, end, at_a, at_b = grid
-    weight = np.zeros(a.weight.shape[:2] + kernel, np.float64)
-    for branch, at in ((a, at_a), (b, at_b)):
-        taps = tuple(slice(o, o + k) for o, k in zip(at, branch.kernel))
-        weight[(slice(None), slice(None)) + taps] += branch.weight
-    biases = [x.bias for x in (a, b) if x.bias is not None]
-    bias = sum(biases).astype(a.dtype) if biases else None
-    return weight.astype(a.dtype), bias, begin, end
+    return grid if isinstance(grid, str) else (a, b, grid)
 
 
 def _branch(m: Match, conv: str, w: str, b: str) -> Union[Branch, str]:
