@@ -8,7 +8,7 @@ import pytest
 
 import pyonnxopt
 from fusion_helpers import assert_same_outputs, fused_by, near_misses, rng_weights, run_rule, with_weights
-from helpers import ops
+from helpers import ops, outputs
 
 RULE = "fuse_conv_branches"
 
@@ -255,3 +255,20 @@ def test_torch_repvgg_blocks_exported_as_trained(tmp_path):
     m, report = pyonnxopt.optimize(str(path))
     assert ops(m) == ["Conv", "Relu", "Conv", "Relu"]
     assert_same_outputs(onnx.load(path), m, rtol=1e-4, atol=1e-4)
+
+
+def test_an_infinite_input_is_nan_only_where_the_original_is():
+    """The one change beyond rounding: inf - inf of two branches (NaN) can
+    become ±inf in the summed kernel; never NaN where the original is not."""
+    w = {"wa": np.array([[[[0.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 0.0]]]], np.float32),
+         "wb": np.array([[[[-1.0]]]], np.float32), "wc": np.array([[[[3.0]]]], np.float32)}
+    proto = with_weights("""g (float[1,1,3,3] x) => (float[1,1,3,3] y, float[1,1,3,3] z) {
+        a = Conv <pads = [1, 1, 1, 1]> (x, wa)  b = Conv (x, wb)  y = Add (a, b)
+        c = Conv <pads = [1, 1, 1, 1]> (x, wa)  d = Conv (x, wc)  z = Add (c, d)
+    }""", **w)
+    m, _ = fused(proto)
+    x = np.zeros((1, 1, 3, 3), np.float32)
+    x[0, 0, 1, 1] = np.inf
+    (y0, z0), (y1, z1) = outputs(proto, {"x": x}), outputs(m, {"x": x})
+    assert np.isnan(y0[0, 0, 1, 1]) and y1[0, 0, 1, 1] == np.inf  # 2·inf - 1·inf against (2 - 1)·inf
+    np.testing.assert_array_equal(z1, z0)  # weights of one sign: the same infinities

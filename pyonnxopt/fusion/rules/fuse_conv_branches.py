@@ -17,6 +17,12 @@ Add chain of several branches (MobileOne: a 1x1, k 3x3s and the identity)
 merges pairwise until one Conv is left. Each weight element is the sum of
 at most two terms, rounded once to the weight's type.
 
+The one output change beyond rounding: an input of ±inf that both Convs
+read with weights of opposite signs (or one of them 0) makes inf - inf, a
+NaN, in the original and ±inf once the weights are summed; the result is
+NaN only where the original's is. Model authors' own re-parameterization
+(RepVGG's `switch_to_deploy`) makes the same change.
+
 Refuses when:
 1. a weight or bias is not a constant, or a branch's output has another
    reader or is a graph output (pattern);
