@@ -167,9 +167,9 @@ TWO = ("g (float[1,4,{i},{i}] x) => (float[1,4,{o},{o}] y) {{"
     ("pads = [1, 1, 1, 1], group = 4", "pads = [0, 0, 0, 0]", (4, 4, 1, 1), 8, "the Convs' groups differ (4 and 1)"),
     ("pads = [2, 2, 2, 2], dilations = [2, 2]", "pads = [1, 1, 1, 1]", (4, 4, 3, 3), 8,
      "the Convs' dilations differ ([2, 2] and [1, 1])"),
-    # a 3x3 reading rows -1..1 and one reading 0..2 around each output row
-    ("pads = [1, 1, 1, 1]", "pads = [0, 1, 2, 1]", (4, 4, 3, 3), 8,
-     "along spatial axis 0 the taps do not nest (kernels 3 and 3 overlap in part)"),
+    # a 1x1 reading row -3 and a 3x3 reading rows -1..1 around each output row: row -2 between them
+    ("pads = [3, 0, 0, 0]", "pads = [1, 0, 4, 0]", (4, 4, 3, 1), 11,
+     "along spatial axis 0 the taps leave a gap (kernels 1 and 3 read apart)"),
     # a dilated 3x3 reading rows -2, 0, 2 and a dilated 2x2 reading -1, 1
     ("pads = [2, 2, 2, 2], dilations = [2, 2]", "pads = [1, 1, 1, 1], dilations = [2, 2]", (4, 4, 2, 2), 8,
      "along spatial axis 0 the taps fall between each other's (pads apart by no multiple of 2)"),
@@ -177,8 +177,19 @@ TWO = ("g (float[1,4,{i},{i}] x) => (float[1,4,{o},{o}] y) {{"
      "Conv auto_pad is 'SAME_UPPER', not NOTSET or VALID: its padding depends on the input size"),
 ])
 def test_refusals_between_two_convs(a, b, wb, o, why):
-    wa = (4, 1, 3, 3) if "group" in a else (4, 4, 3, 3)
-    assert refusal(TWO.format(a=a, b=b, i=2 if o == 1 else 8, o=o), wa=wa, wb=wb) == [why]
+    wa = (4, 1, 3, 3) if "group" in a else (4, 4, 1, 1) if "[3, 0, 0, 0]" in a else (4, 4, 3, 3)
+    text = TWO.format(a=a, b=b, i=2 if o == 1 else 8, o=o)
+    if o == 11:  # 8 + 3 rows, 8 columns
+        text = text.replace("float[1,4,11,11] y", "float[1,4,11,8] y")
+    assert refusal(text, wa=wa, wb=wb) == [why]
+
+
+def test_kernels_whose_rows_overlap_in_part_make_one_as_wide_as_both():
+    # a 3x3 reading rows -1..1 and one reading 0..2 around each output row: a 4-row kernel
+    m, _ = fused(with_weights(TWO.format(a="pads = [1, 1, 1, 1]", b="pads = [0, 1, 2, 1]", i=8, o=8),
+                              **rng_weights(wa=(4, 4, 3, 3), wb=(4, 4, 3, 3))))
+    attrs, weight, _ = conv_of(m)
+    assert weight.shape == (4, 4, 4, 3) and attrs["pads"] == [1, 1, 2, 1]
 
 
 def test_refuses_outputs_that_could_differ_in_size():

@@ -8,9 +8,9 @@ ACNet, FastViT and YOLOv6/v7's RepConv, for models exported as trained.
 
 ⊕ adds two kernels on a common grid: the smaller is zero-padded into the
 larger where its taps fall, read from each Conv's pads (a 1x1 with pads 0
-lands on the centre of a 3x3 with pads 1; 1x3 and 3x1 nest in 3x3), so
-every output position reads the inputs it read before with the weights
-summed. I is a 1x1 kernel with one 1 per channel (input channel c feeds
+lands on the centre of a 3x3 with pads 1; 1x3 and 3x1 nest in 3x3; two
+ranges that overlap in part make a kernel as wide as both cover), so every
+output position reads the inputs it read before with the weights summed. I is a 1x1 kernel with one 1 per channel (input channel c feeds
 output channel c): x itself, or, scaled by s = scale / sqrt(var + eps) and
 shifted by t = beta - mean * s, an inference BatchNormalization of x. An
 Add chain of several branches (MobileOne: a 1x1, k 3x3s and the identity)
@@ -32,9 +32,9 @@ Refuses when:
 4. an auto_pad other than NOTSET or VALID (padding that depends on the
    input size);
 5. the outputs could differ in size (pads_begin + pads_end - dilation *
-   (kernel - 1) not equal along an axis), or the taps do not nest: one
-   kernel's taps are not all among the other's (pads apart by other than a
-   multiple of the dilation, or ranges that overlap only in part);
+   (kernel - 1) not equal along an axis), or the taps do not line up: pads
+   apart by other than a multiple of the dilation, or ranges with a gap
+   between them (the merged kernel would read inputs neither Conv reads);
 6. for the identity: output channels not the input's, a stride other than
    1, the Conv's output not at the input's positions (rule 5 against a 1x1
    with no padding), or the BatchNormalization refusals of
@@ -214,8 +214,8 @@ def _grid(a: Branch, b: Branch) -> Union[tuple, str]:
             return f"along spatial axis {axis} the taps fall between each other's (pads apart by no multiple of {d})"
         oa, ob = oa // d, ob // d
         size = max(oa + ka, ob + kb)
-        if size != max(ka, kb):
-            return f"along spatial axis {axis} the taps do not nest (kernels {ka} and {kb} overlap in part)"
+        if size > ka + kb:  # a tap between the two ranges: 0 * x there is NaN for an infinite x
+            return f"along spatial axis {axis} the taps leave a gap (kernels {ka} and {kb} read apart)"
         kernel.append(size)
         begin.append(first)
         end.append(span_a + d * (size - 1) - first)
