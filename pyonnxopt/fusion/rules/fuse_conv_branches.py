@@ -6,12 +6,12 @@ ACNet, FastViT and YOLOv6/v7's RepConv, for models exported as trained.
     y = Add(Conv(x, Wa, Ba), BatchNormalization(x))  ->  y = Conv(x, Wa ⊕ s·I, Ba + t)
     y = Add(Conv(x, Wa, Ba), x)                       ->  y = Conv(x, Wa ⊕ I, Ba)
 
-⊕ adds two kernels on a common grid: the smaller is zero-padded into the
-larger where its taps fall, read from each Conv's pads (a 1x1 with pads 0
-lands on the centre of a 3x3 with pads 1; 1x3 and 3x1 nest in 3x3; two
-ranges that overlap in part make a kernel as wide as both cover), so every
-output position reads the inputs it read before with the weights summed. I is a 1x1 kernel with one 1 per channel (input channel c feeds
-output channel c): x itself, or, scaled by s = scale / sqrt(var + eps) and
+⊕ adds two kernels on a common grid, each zero-padded to it where its taps
+fall, read from each Conv's pads (a 1x1 with pads 0 lands on the centre of
+a 3x3 with pads 1; 1x3 and 3x1 nest in 3x3; two ranges that overlap in
+part make a kernel as wide as both cover), so every output position reads
+the inputs it read before with the weights summed. I is a 1x1 kernel with
+one 1 per channel (input channel c feeds output channel c): x itself, or, scaled by s = scale / sqrt(var + eps) and
 shifted by t = beta - mean * s, an inference BatchNormalization of x. An
 Add chain of several branches (MobileOne: a 1x1, k 3x3s and the identity)
 merges pairwise until one Conv is left. Each weight element is the sum of
