@@ -11,9 +11,9 @@ fall, read from each Conv's pads (a 1x1 with pads 0 lands on the centre of
 a 3x3 with pads 1; 1x3 and 3x1 nest in 3x3; two ranges that overlap in
 part make a kernel as wide as both cover), so every output position reads
 the inputs it read before with the weights summed. I is a 1x1 kernel with
-one 1 per channel (input channel c feeds output channel c): x itself, or, scaled by s = scale / sqrt(var + eps) and
-shifted by t = beta - mean * s, an inference BatchNormalization of x. An
-Add chain of several branches (MobileOne: a 1x1, k 3x3s and the identity)
+one 1 per channel (input channel c feeds output channel c): x itself,
+or, scaled by s = scale / sqrt(var + eps) and shifted by t = beta - mean *
+s, an inference BatchNormalization of x. An Add chain of several branches (MobileOne: a 1x1, k 3x3s and the identity)
 merges pairwise until one Conv is left. Each weight element is the sum of
 at most two terms, rounded once to the weight's type.
 
