@@ -13,9 +13,10 @@ part make a kernel as wide as both cover), so every output position reads
 the inputs it read before with the weights summed. I is a 1x1 kernel with
 one 1 per channel (input channel c feeds output channel c): x itself,
 or, scaled by s = scale / sqrt(var + eps) and shifted by t = beta - mean *
-s, an inference BatchNormalization of x. An Add chain of several branches (MobileOne: a 1x1, k 3x3s and the identity)
-merges pairwise until one Conv is left. Each weight element is the sum of
-at most two terms, rounded once to the weight's type.
+s, an inference BatchNormalization of x. An Add chain of several
+branches (MobileOne: a 1x1, k 3x3s and the identity) merges pairwise until
+one Conv is left. Each weight element is the sum of at most two terms,
+rounded once to the weight's type.
 
 The one output change beyond rounding: an input of ±inf that both Convs
 read with weights of opposite signs (or one of them 0) makes inf - inf, a
