@@ -109,16 +109,16 @@ class _Plan:
         too_big = {n: why for n in found if (why := self._too_big_to_try(n, options))}
         kept = set(found)
         changed = True
-        while changed:
-            changed = False
-            for n in found:
-                if n not in kept:
-                    continue
-                inputs_dropped = any(v is not None and v in self.produced and self.produced[v] not in kept
-                                     for v in n.inputs)
-                if inputs_dropped or (n in too_big and not self._passed_on(n, kept)):
+        while changed:  # readers first (a refusal travels up the chain), then producers (and down)
+            size = len(kept)
+            for n in reversed(found):
+                if n in too_big and n in kept and not self._passed_on(n, kept):
                     kept.discard(n)
-                    changed = True
+            for n in found:
+                if n in kept and any(v in self.produced and self.produced[v] not in kept
+                                     for v in n.inputs if v is not None):
+                    kept.discard(n)
+            changed = len(kept) != size
         for n in found:
             if n in kept:
                 self.nodes.append(n)
