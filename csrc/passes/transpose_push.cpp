@@ -173,6 +173,18 @@ bool keeps_data_order(const std::vector<int64_t>& dims, const Perm& perm) {
 
 namespace {
 
+// Why constant `v` (`c`) cannot be replaced by a transposed copy of it, or
+// nullptr: read elsewhere and not small (the copy would grow the model), or
+// data that cannot be read.
+const char* copy_refusal(const PushQuery& q, const Value& v, const Tensor& c, Push& out) {
+  uint64_t count = 1;
+  for (int64_t d : c.dims) count *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+  if (count > kSmallConstant && read_elsewhere(&v, q.node))
+    return refuse(out, "constant " + quoted(&v) + " is read elsewhere: a transposed copy would grow the model");
+  if (!readable(c)) return refuse(out, "constant " + quoted(&v) + " has data that cannot be transposed here");
+  return nullptr;
+}
+
 // An input beside the transposed ones: a tensor of 1s shape, or a constant
 // to transpose. `same_rank`: it must have the full rank (Concat), else it
 // broadcasts (numpy: leading 1s).
@@ -193,11 +205,7 @@ const char* operand(const PushQuery& q, size_t slot, bool same_rank, Push& out) 
     return nullptr;
   }
   if (!c) return refuse(out, "operand " + quoted(v) + " is neither transposed the same way nor a constant");
-  uint64_t count = 1;
-  for (int64_t d : c->dims) count *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-  if (count > kSmallConstant && read_elsewhere(v, q.node))
-    return refuse(out, "constant " + quoted(v) + " is read elsewhere: a transposed copy would grow the model");
-  if (!readable(*c)) return refuse(out, "constant " + quoted(v) + " has data that cannot be transposed here");
+  if (const char* why = copy_refusal(q, *v, *c, out)) return why;
   in.kind = PushedInput::kTransposedConstant;
   return nullptr;
 }
@@ -385,12 +393,7 @@ const char* matmul(const PushQuery& q, Push& out) {
   const Tensor* c = constant_of(n.inputs[1]);
   if (!c) return refuse(out, "the Transpose swaps the last two axes and the second input " + quoted(n.inputs[1]) +
                                  " is not a constant to transpose instead");
-  uint64_t count = 1;
-  for (int64_t d : c->dims) count *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-  if (count > kSmallConstant && read_elsewhere(n.inputs[1], n))
-    return refuse(out,
-                  "constant " + quoted(n.inputs[1]) + " is read elsewhere: a transposed copy would grow the model");
-  if (!readable(*c)) return refuse(out, "constant " + quoted(n.inputs[1]) + " has data that cannot be transposed here");
+  if (const char* why = copy_refusal(q, *n.inputs[1], *c, out)) return why;
   start(q, out, 1);
   out.inputs[1].kind = PushedInput::kTransposedConstant;
   out.inputs[1].own_perm = {1, 0};
