@@ -66,9 +66,9 @@ MAX_SWEEPS = 64
 class Branch:
     """A Conv's kernel grid: weight [M, C/g, k...], per-axis pads and steps."""
 
-    weight: np.ndarray  # float64
-    bias: Optional[np.ndarray]  # float64 [M], or None
-    dtype: np.dtype  # the weight's own element type
+    weight: np.ndarray  # as stored (the identity's: float64, summed into the others' type once)
+    bias: Optional[np.ndarray]  # [M], or None
+    dtype: np.dtype  # the merged weight's element type
     group: int
     strides: tuple
     dilations: tuple
@@ -117,7 +117,7 @@ class FuseConvBranches(Rule):
         for branch, at in ((a, at_a), (b, at_b)):
             taps = tuple(slice(o, o + k) for o, k in zip(at, branch.kernel))
             weight[(slice(None), slice(None)) + taps] += branch.weight
-        biases = [x.bias for x in (a, b) if x.bias is not None]
+        biases = [x.bias.astype(np.float64) for x in (a, b) if x.bias is not None]
         conv = m["conv_a"]
         inputs = [m["x"], edit.constant(weight.astype(a.dtype), f"{m['wa'].name}_branches")]
         if biases:
@@ -172,9 +172,9 @@ def _branch(m: Match, conv: str, w: str, b: str) -> Union[Branch, str]:
     if m[b] is not None:
         if m.shape(b) != [weight.shape[0]]:
             return f"Conv B has shape {m.shape(b)}, not [{weight.shape[0]}]"
-        bias = m.array(b).astype(np.float64)
-    return Branch(weight.astype(np.float64), bias, weight.dtype, int(attribute(node, "group", 1)), strides,
-                  dilations, tuple(pads[:axes]), tuple(pads[axes:]))
+        bias = m.array(b)
+    return Branch(weight, bias, weight.dtype, int(attribute(node, "group", 1)), strides, dilations,
+                  tuple(pads[:axes]), tuple(pads[axes:]))
 
 
 def _identity(m: Match, conv: Branch) -> Union[Branch, str]:

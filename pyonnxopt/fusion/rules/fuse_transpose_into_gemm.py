@@ -23,9 +23,6 @@ from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.rules._channels import attribute
 
-FLAG = {"a": "transA", "b": "transB"}
-
-
 class FuseTransposeIntoGemm(Rule):
     name = "fuse_transpose_into_gemm"
     description = "turn a Transpose of Gemm's A or B into its transA/transB"
@@ -45,9 +42,8 @@ class FuseTransposeIntoGemm(Rule):
         return None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        side = "a" if "ta" in m else "b"
         gemm = m["gemm"]
-        flag = FLAG[side]
+        flag = "transA" if "ta" in m else "transB"
         inputs = [m["a"], m["b"]] + ([m["c"]] if m["c"] is not None else [])
         edit.replace_root("Gemm", inputs, {flag: 1 - int(attribute(gemm, flag, 0))}, copy_attrs_from=gemm)
         return None
