@@ -52,6 +52,9 @@ accepts. The rules for that:
    turns into S when broadcast against S: where S > N the broadcast fails,
    so every input the model accepts has S <= N. This is BERT's position
    embedding, `Slice(table[1, 512], 0, seq)` added to `[batch, seq, 768]`.
+   The same holds for the last S, `Slice(x, N - S, N or more)` (MPT's ALiBi
+   bias): past N its start, negative, counts from the end, which only
+   changes how the broadcast fails (or gives 1 element, which broadcasts).
 6. A sum of dims that a value onnx knows has as a named symbol (a graph
    output's declared `total_seq`, Concat(past, new) along that axis) is
    that symbol wherever else it comes up.
@@ -658,6 +661,9 @@ class _Walk:
                 out[a] = len(range(x[a])[s:e:st])
             elif s == 0 and st == 1 and _is_sym_entry(e):
                 out[a] = e if x[a] == e else (AtMost(e, x[a]) if isinstance(x[a], int) else None)
+            elif st == 1 and isinstance(x[a], int) and isinstance(e, int) and e >= x[a] and \
+                    _is_sym_entry(_linear_sum(x[a], s, -1)):
+                out[a] = AtMost(_linear_sum(x[a], s, -1), x[a])  # the last S of N (rule 5)
             else:
                 out[a] = None
         return out

@@ -344,6 +344,28 @@ def test_position_slice_to_the_sequence_length_broadcasts_as_it():
     assert shape_of(m, "y") == ["B", "S", 16]
 
 
+def test_the_last_s_of_a_buffer_broadcasts_as_s():
+    # MPT's ALiBi bias: alibi[:, :, N - S:], [H, 1, N] cut to [H, 1, min(S, N)], added to [B, H, S, S] scores.
+    model = parse("""g (float[B,4,S,S] scores) => (float z) {
+        s = Shape(scores)
+        three = Constant <value = int64 {3}> ()
+        n = Gather(s, three)
+        last = Sub(size, n)
+        axes = Constant <value = int64[1] {0}> ()
+        start = Unsqueeze(last, axes)
+        end = Constant <value = int64[1] {9223372036854775807}> ()
+        ax2 = Constant <value = int64[1] {2}> ()
+        b = Slice(alibi, start, end, ax2)
+        y = Add(scores, b)
+        z = ReduceSum <keepdims = 0> (y)
+    }""")
+    model.graph.initializer.extend([onnx.numpy_helper.from_array(np.zeros((4, 1, 64), np.float32), "alibi"),
+                                    onnx.numpy_helper.from_array(np.array(64, np.int64), "size")])
+    m, _ = run_pass("infer_shapes", model)
+    assert shape_of(m, "b")[:2] == [4, 1] and unknown(shape_of(m, "b")[2])  # min(S, 64): no dim says that
+    assert shape_of(m, "y") == ["B", 4, "S", "S"]
+
+
 def test_buffered_token_types_and_a_written_out_layer_norm_keep_the_symbols():
     # HF BERT called without token_type_ids: buffer[:, :seq] gathered by
     # position (GatherElements: the indices' shape), expanded to [B, S];

@@ -175,7 +175,7 @@ RUN_TIME_LENGTHS = ("sq = Shape <start = 2, end = 3> (q)  sk = Shape <start = 2,
 
 def where_mask(select: str, fill: float, cond_in: str = "", cond: str = "", consts: str = "") -> str:
     consts = f"float c = {{0.35355339}}, float fill = {{{fill!r}}}{consts}"
-    if not cond_in and not cond:
+    if not cond and "keep" not in cond_in and "drop" not in cond_in:
         for name, array in (("keep", CAUSAL), ("drop", ~CAUSAL)):
             consts += f", bool[5,6] {name} = {{{', '.join(str(int(b)) for b in array.ravel())}}}"
     return bhsd("s = Mul(qk, c)", cond_in, f"{cond}  m = {select}", consts=consts)
@@ -221,6 +221,84 @@ def test_a_where_mask_at_run_time_masks_a_query_with_no_key_the_same(fill, targe
     keep = np.random.default_rng(2).random((2, 1, 5, 6)) > 0.5
     keep[1, 0, 1] = False  # a query that sees no key: spread evenly over them in both
     assert_same_outputs(original, m, {"keep": keep}, **TOL)
+
+
+LOWEST = float(np.finfo(np.float32).min)
+
+
+def _padding(batch: int, keys: int) -> np.ndarray:
+    """An additive padding mask [B, 1, 1, T] as torch writes it (0 or
+    finfo.min): batch 0 padded on the left, the last batch all padding."""
+    pad = np.zeros((batch, 1, 1, keys), np.float32)
+    pad[0, ..., :2] = LOWEST
+    pad[-1] = LOWEST
+    return pad
+
+
+@pytest.mark.parametrize("fill", [LOWEST, -np.inf])
+@pytest.mark.parametrize("target, opset", [("onnx", 23), ("ort", 17)])
+def test_a_where_mask_then_a_padding_mask_added(fill, target, opset):
+    # GPT-Neo: torch.where(causal, s, finfo.min), then + the padding mask. Left
+    # padding leaves queries that see no key: they weigh the same keys in both.
+    text = where_mask("Where(keep, s, fill)", fill, ", float[2,1,1,6] pad").replace(
+        "m = Where(keep, s, fill)", "w = Where(keep, s, fill)  m = Add(w, pad)")
+    m, r, original = fuse("fuse_attention", text, opset=opset, target=target)
+    assert "Softmax" not in ops(m) and r.stats["near_misses"] == []
+    assert_same_outputs(original, m, {"pad": _padding(2, 6)}, **TOL)
+
+
+@pytest.mark.parametrize("fill", [LOWEST, -np.inf])
+@pytest.mark.parametrize("target, opset", [("onnx", 23), ("ort", 17)])
+def test_a_bias_added_then_a_where_mask(fill, target, opset):
+    # MPT: s + the ALiBi bias [H, 1, T], then masked_fill(drop, finfo.min).
+    bias = ", ".join(repr(-0.5 * h * abs(t - 5)) for h in range(1, 5) for t in range(6))
+    text = where_mask("Where(drop, fill, s)", fill, ", bool[2,1,5,6] drop", consts=f", float[4,1,6] bias = {{{bias}}}")
+    text = text.replace("m = Where(drop, fill, s)", "b = Add(s, bias)  m = Where(drop, fill, b)")
+    m, r, original = fuse("fuse_attention", text, opset=opset, target=target)
+    assert "Softmax" not in ops(m) and r.stats["near_misses"] == []
+    drop = np.random.default_rng(3).random((2, 1, 5, 6)) > 0.6
+    drop[1, 0, 2] = fill == LOWEST  # a query that sees no key (with -inf: NaN, and 0 in Attention, as documented)
+    assert_same_outputs(original, m, {"drop": drop}, **TOL)
+
+
+def test_a_where_mask_beside_an_added_one_needs_the_lowest_fill():
+    text = where_mask("Where(keep, s, fill)", -1e9, ", float[2,1,1,6] pad").replace(
+        "m = Where(keep, s, fill)", "w = Where(keep, s, fill)  m = Add(w, pad)")
+    m, r, _ = fuse("fuse_attention", text, opset=23)
+    assert not r.modified and near(r, "neither -inf nor the type's lowest value, and a mask is added beside it")
+
+
+def test_torch_gpt_neo_attention_with_a_causal_window_cut_from_a_buffer():
+    # The window's rows and columns are Slices of a [1, 1, 16, 16] buffer to
+    # the run-time length: their dims are unknown, 1 or the scores' by the Where.
+    import torch
+
+    class GPTNeoAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("bias", torch.tril(torch.ones(16, 16, dtype=torch.bool)).view(1, 1, 16, 16))
+            self.q, self.k, self.v = (torch.nn.Linear(32, 32, bias=False) for _ in range(3))
+
+        def heads(self, x):
+            return x.view(x.shape[0], x.shape[1], 4, 8).transpose(1, 2)
+
+        def forward(self, x, pad):
+            q, k, v = self.heads(self.q(x)), self.heads(self.k(x)), self.heads(self.v(x))
+            s = q @ k.transpose(-1, -2)
+            n, t = q.shape[-2], k.shape[-2]
+            causal = self.bias[:, :, t - n:t, :t]
+            s = torch.where(causal, s, torch.tensor(torch.finfo(s.dtype).min)) + pad
+            y = torch.softmax(s, dim=-1) @ v
+            return y.transpose(1, 2).reshape(x.shape[0], x.shape[1], 32)
+
+    args = (torch.randn(2, 6, 32), torch.zeros(2, 1, 1, 6))
+    proto = export(GPTNeoAttention(), args, 17, input_names=["x", "pad"],
+                   dynamic_axes={"x": {0: "batch", 1: "seq"}, "pad": {0: "batch", 3: "seq"}})
+    for target, opset, op in (("onnx", 23, "Attention"), ("ort", 17, "MultiHeadAttention")):
+        m, report = pyonnxopt.optimize(proto, target=target, opset=opset)
+        assert "Softmax" not in ops(m) and op in ops(m) and report["check"]["first_mismatch"] is None
+        x = np.random.default_rng(4).standard_normal((2, 6, 32)).astype(np.float32)
+        assert_same_outputs(proto, m, {"x": x, "pad": _padding(2, 6)}, **TOL)
 
 
 def test_torch_masked_fill_attention():

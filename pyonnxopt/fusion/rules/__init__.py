@@ -26,6 +26,7 @@ from pyonnxopt.fusion.rules.fuse_rms_normalization import FuseRmsNormalization
 from pyonnxopt.fusion.rules.fuse_rotary_heads import FuseRotaryHeads
 from pyonnxopt.fusion.rules.fuse_transpose_into_gemm import FuseTransposeIntoGemm
 from pyonnxopt.fusion.rules.lower_einsum import LowerEinsum
+from pyonnxopt.fusion.rules.regroup_packed_heads import RegroupPackedHeads
 
 BUILTIN_RULES: list = [
     LowerEinsum(),  # matrix products spelled as Einsum: MatMuls for every rule after it
@@ -57,6 +58,7 @@ BUILTIN_RULES: list = [
     FuseRotaryHeads(),  # the head split after the rotary embedding, for the next
     FuseAttentionHeads(),  # an Attention already there (opset 23) or just made on 4-d heads
     FuseAttentionRepeatKv(),
+    RegroupPackedHeads(),  # the head merges fuse_attention leaves on LeViT's interleaved parts
     # Data movement.
     FuseConsecutiveSlices(),
     CancelRowTransposes(),

@@ -46,6 +46,10 @@ L the type's lowest value (or -inf where fill is -inf). A masked score's
 weight is 0 either way (e^-10000 is 0 in every float type), and a query
 whose keys are all masked spreads evenly over them in both: the original's
 scores are all fill, the fused op's s + L all round to L.
+Such a Where may also come with an added mask: after it (GPT-Neo's causal
+Where, then the padding mask) or before it (MPT's ALiBi bias, then the
+mask). Both become one additive mask (see _additive) when fill is -inf or
+L, the value the exporters write (torch.finfo(dtype).min).
 
 Which op:
  - the opset-23 Attention for --target onnx, and for --target ort at opset 23
@@ -97,7 +101,8 @@ Refuses when:
  4. the mask's shape is unknown or does not fit (see above), or it needs
     expanding over an S that is neither an int nor a symbol of q's dims, or
     expanding at all below opset 8 (Expand; 10 with a symbolic S); a
-    Where's condition is not boolean, or its fill is above -10000;
+    Where's condition is not boolean, or its fill is above -10000 (or,
+    with a mask added beside it, neither -inf nor the type's lowest value);
  5. onnxruntime's CPU provider has no kernel for the element type
     (MultiHeadAttention: float and float16 only).
 """
@@ -148,7 +153,29 @@ def _packed(unbind: bool) -> tuple:
                  for part, n in zip(parts, "qkv"))
 
 
-def _variant(layout: str, scale: str, mask, guard: bool, softcap: bool = False) -> Op:
+# The masks on the scores, in order: none, one added, two added (Swin: the
+# position bias, then the shifted windows' mask), a Where that keeps or
+# drops, a Where and then an added mask (GPT-Neo: its causal Where, then the
+# padding mask), an added bias and then a Where (MPT: ALiBi, then the mask).
+MASKS = ("add+add", "add", "keep", "drop", "keep+add", "drop+add", "add+keep", "add+drop", "")
+
+
+def _masked(s: Op, mask: str) -> Op:
+    """The scores `s` through the masks `mask` names (one of MASKS)."""
+    adds = 0
+    for i, step in enumerate(mask.split("+") if mask else []):
+        name = "masked2" if i else "masked"
+        if step == "keep":
+            s = Op("Where", Var("keep"), s, Const("fill", scalar=True), name=name)
+        elif step == "drop":
+            s = Op("Where", Var("drop"), Const("fill", scalar=True), s, name=name)
+        else:
+            adds += 1
+            s = Op("Add", s, Var("mask2" if adds == 2 else "mask"), name=name, commutative=True)
+    return s
+
+
+def _variant(layout: str, scale: str, mask: str, guard: bool, softcap: bool = False) -> Op:
     if layout in ("packed", "packed_unbind"):
         q, k, v = _packed(layout == "packed_unbind")
         k_t = Op("Transpose", k, name="k_t", attrs={"perm": [0, 1, 3, 2]})
@@ -185,15 +212,7 @@ def _variant(layout: str, scale: str, mask, guard: bool, softcap: bool = False) 
     if softcap:  # Gemma 2: c * tanh(s / c), before the mask as Attention's softcap
         s = Op("Div", s, Const("cap_in"), name="capped_in")
         s = Op("Mul", Op("Tanh", s, name="capped"), Const("cap_out"), name="softcapped", commutative=True)
-    if mask == "keep":
-        s = Op("Where", Var("keep"), s, Const("fill", scalar=True), name="masked")
-    elif mask == "drop":
-        s = Op("Where", Var("drop"), Const("fill", scalar=True), s, name="masked")
-    elif mask:
-        s = Op("Add", s, Var("mask"), name="masked", commutative=True)
-    if mask == 2:  # a second one (Swin: the position bias, then the shifted windows' mask)
-        s = Op("Add", s, Var("mask2"), name="masked2", commutative=True)
-    p = Op("Softmax", s, name="probs")
+    p = Op("Softmax", _masked(s, mask), name="probs")
     if guard:
         p = nan_guard(p)
     y = Op("MatMul", p, v, name="context")
@@ -213,12 +232,14 @@ class FuseAttention(Rule):
 
     def pattern(self, opset: int) -> list:
         # The 3-d and sequence-first layouts first: they take the head split and merge along.
+        # A Where beside an added mask only where the decoders that write it split their heads.
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
             ("3d_past", "3d", "3d_heads_t", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k", "unit_k"),
-            (2, 1, "keep", "drop", 0),
-            ("mul", "div", "both", "q", "k", "none"), (True, False))] + [
+            MASKS,
+            ("mul", "div", "both", "q", "k", "none"), (True, False))
+            if "+" not in mask or mask == "add+add" or layout in ("3d_past", "3d", "3d_heads_t", "bhsd")] + [
             _variant("bhsd", scale, mask, guard, softcap=True)  # Gemma 2's heads are 4-d (rotary)
-            for mask, scale, guard in itertools.product((1, 0), ("mul", "div", "none"), (True, False))]
+            for mask, scale, guard in itertools.product(("add", ""), ("mul", "div", "none"), (True, False))]
 
     def check(self, m: Match) -> Optional[str]:
         op = _emitted(m)
@@ -258,8 +279,7 @@ class FuseAttention(Rule):
             why = _where_reason(m) if "fill" in m else None
             if why:
                 return why
-            if m.dtype("fill" if "fill" in m else "mask") != _dtype(m) or (
-                    "mask2" in m and m.dtype("mask2") != _dtype(m)):
+            if any(m.dtype(name) != _dtype(m) for name in ("fill", "mask", "mask2") if name in m):
                 return "the mask's element type is not the inputs'"
             to = _mask_target(m, op, bhst[2])
             needs = 8 if to is None or all(isinstance(d, int) for d in to) else 10  # Slice of a Shape
@@ -580,34 +600,98 @@ def _where_reason(m: Match) -> Optional[str]:
         return "the Where's fill is not a float scalar"
     if fill > -1e4:
         return f"the Where's fill {fill} is not a masking value (at most -10000)"
+    if "mask" in m and not (np.isneginf(fill) or fill == np.finfo(_float_dtype(m)).min):
+        # Only then does a query whose keys are all masked weigh them as the
+        # original does (see _additive).
+        return f"the Where's fill {fill} is neither -inf nor the type's lowest value, and a mask is added beside it"
     return None
 
 
 def _additive(m: Match, edit: Edit, op: str):
     """The Where's mask as one to add: 0 where it keeps, the type's lowest
     value elsewhere, one step up for Attention (see _without_lowest), or
-    -inf where fill is -inf."""
+    -inf where fill is -inf.
+
+    With a mask added beside it (the fill then -inf or the lowest value,
+    L): a mask added after the Where is added to that one; a bias added
+    before it becomes the kept branch, Where(keep, bias, L). Either way a
+    score the original keeps gets the same sum, and one it masks lands on L
+    or -inf as in the original (s + L rounds to L, L + L to -inf), so even a
+    query whose keys are all masked spreads over the same keys."""
     cond, fill = _condition(m), m.array("fill").reshape(())
     zero = np.zeros((), fill.dtype)
     if not np.isneginf(fill):
         lowest = np.finfo(fill.dtype).min
         fill = np.array(np.nextafter(lowest, zero) if op == "Attention" else lowest, fill.dtype)
-    branches = (zero, fill) if "keep" in m else (fill, zero)  # Where's "true" and "false" values
-    if cond.initializer is not None and not cond.is_graph_input:
-        return edit.constant(np.where(cond.initializer.numpy(), *branches).astype(fill.dtype), f"{cond.name}_additive")
-    names = ("mask_zero", "mask_fill") if "keep" in m else ("mask_fill", "mask_zero")
-    made = [edit.constant(b, name) for b, name in zip(branches, names)]
-    return edit.node("Where", [cond, *made], hint=f"{cond.name}_additive")[0]
+    other = None
+    if "mask" in m:
+        other = _without_lowest(m, edit, m["mask"]) if op == "Attention" else m["mask"]
+    biased = other is not None and m["masked"].op_type == "Add"  # the Add came first
+    kept = other if biased else zero
+    branches = (kept, fill) if "keep" in m else (fill, kept)  # Where's "true" and "false" values
+    if not biased and cond.initializer is not None and not cond.is_graph_input:
+        made = edit.constant(np.where(cond.initializer.numpy(), *branches).astype(fill.dtype), f"{cond.name}_additive")
+    else:
+        names = ("mask_kept", "mask_fill") if "keep" in m else ("mask_fill", "mask_kept")
+        made = [b if b is other else edit.constant(b, name) for b, name in zip(branches, names)]
+        (made,) = edit.node("Where", [cond, *made], hint=f"{cond.name}_additive")
+    if other is None or biased:
+        return made
+    return edit.node("Add", [made, other], hint=f"{cond.name}_masks")[0]
 
 
 def _mask_dims(m: Match) -> Optional[list]:
     """The mask's dims, or the two masks' broadcast."""
     if "fill" in m:
-        return dims(_condition(m))
+        return _where_mask_dims(m)
     if "mask2" not in m:
         return dims(m["mask"])
     a, b = dims(m["mask"]), dims(m["mask2"])
     return None if a is None or b is None else broadcast([a, b])
+
+
+def _where_mask_dims(m: Match) -> Optional[list]:
+    """The dims of a Where's condition, broadcast against the mask added
+    beside it if any. A dim left unknown in either (GPT-Neo's causal window
+    and MPT's ALiBi bias, cut from buffers to the length) is 1 or the dim
+    of the scores it masks, where the node provably keeps the scores' dim
+    (see _settled)."""
+    cond = dims(_condition(m))
+    if "mask" not in m or cond is None:
+        return cond
+    where, add = (m["masked2"], m["masked"]) if m["masked"].op_type == "Add" else (m["masked"], m["masked2"])
+    masks = [_masking_dims(where, cond, where.inputs[1 if "keep" in m else 2]),
+             _masking_dims(add, dims(m["mask"]), add.inputs[1 if add.inputs[0].name == m["mask"].name else 0])]
+    if None in masks or len(masks[0]) != len(masks[1]):
+        return None
+    (a, a_bound), (b, b_bound) = masks
+    a, b = [_settled(*dims_) for dims_ in zip(a, a_bound, b, b_bound)], \
+        [_settled(*dims_) for dims_ in zip(b, b_bound, a, a_bound)]
+    return broadcast([a, b])
+
+
+def _settled(d, bound, other, other_bound):
+    """A mask's dim d beside the other mask's: where d is unknown but 1 or
+    `bound` (the scores' dim), the other's dim if that is `bound`, and 1 if
+    the other is 1, or unknown but also 1 or `bound`: the sum is then 1 or
+    the scores' dim, which reads as 1 here. That fits either way: over the query
+    positions the mask is expanded (to S from 1 or S), over heads and batch
+    Attention takes 1 or theirs, and a key dim of 1 refuses."""
+    if d is not None or bound is None:
+        return d
+    if same_dim(other, bound):
+        return other
+    return 1 if other == 1 or (other is None and same_dim(other_bound, bound)) else None
+
+
+def _masking_dims(node, mask: Optional[list], scores) -> Optional[tuple]:
+    """(mask's dims at the scores' rank, and for each unknown one the
+    scores' dim it is 1 or equal to where that is provable), or None."""
+    x, y = dims(scores), dims(node.outputs[0])
+    if mask is None or x is None or y is None or len(x) != len(y) or len(mask) > len(x):
+        return None
+    mask = [1] * (len(x) - len(mask)) + list(mask)
+    return mask, [xd if d is None and same_dim(xd, yd) else None for d, xd, yd in zip(mask, x, y)]
 
 
 def _scale(m: Match) -> Union[float, str]:
