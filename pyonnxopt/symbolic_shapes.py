@@ -44,9 +44,13 @@ accepts. The rules for that:
    What is left may be a product such as 12*B: kept inside the walk (never
    written), so that a later Reshape's -1 can cancel it back to B (the
    sequence-first head split [S, B, E] -> [S, B*H, D] -> [B, H, S, D]).
+   A target entry computed as k times a dim is that product (Bloom's
+   `Mul(B, H)` in [B*H, -1, D]).
 4. Equal of a dim and a negative int is false; of a symbol with itself true.
    Add and Sub of dims and ints, and Mul by an int, give sums (Linear)
-   that stay in the walk, never written (but see 6).
+   that stay in the walk, never written (but see 6). A kept product read
+   back from a shape, times an int or divided by one it holds, is a
+   product again (Bloom splits B*H back into B with `Div(·, H)`).
 5. Slice from 0 to a dim S, step 1, of an axis of int size N has min(S, N)
    elements; that bound is kept inside the walk (never written) and only
    turns into S when broadcast against S: where S > N the broadcast fails,
@@ -288,7 +292,7 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
         elif (isinstance(e, int) and e >= 0) or _is_symbol(e) or _generated(e) or isinstance(e, Product):
             out.append(e)
         else:
-            out.append(None)
+            out.append(_monomial(e))
     if out.count(-1) > 1:
         return None
     if -1 in out:
@@ -299,6 +303,16 @@ def reshape_dims(x: Optional[list], target: list, allowzero: bool) -> Optional[l
         if whole and part and part[0] != 0 and whole[0] % part[0] == 0 and not (part[1] - whole[1]):
             out[i] = _product_dim(whole[0] // part[0], whole[1] - part[1])
     return out
+
+
+def _monomial(e):
+    """A sum that is k times one dim (Bloom's and BART's batch times heads,
+    `Mul(B, H)` in a Reshape's target) as a Product; else None."""
+    if isinstance(e, Linear) and e.const == 0 and len(e.terms) == 1:
+        (symbol, k), = e.terms
+        if k > 0 and (_is_symbol(symbol) or _generated(symbol)):
+            return _product_dim(k, Counter({symbol: 1}))
+    return None
 
 
 def _product_dim(factor: int, symbols: Counter):
@@ -523,6 +537,9 @@ class _Walk:
             return
         n = max(len(ea), len(eb))
         ea, eb = (ea * n if len(ea) == 1 else ea), (eb * n if len(eb) == 1 else eb)
+        if op in ("Mul", "Div"):  # a product the walk kept, read back from a shape by its generated name (rule 4)
+            kept = {self.linked(name): d for d, name in self.generated_names.items() if isinstance(d, Product)}
+            ea, eb = ([kept.get(self.linked(x), x) if isinstance(x, str) else x for x in e] for e in (ea, eb))
         res = [_binary(op, x, y) for x, y in zip(ea, eb)]
         self.values[out] = (res, sa and sb)
 
@@ -706,6 +723,11 @@ def _as_dim(e):
 
 
 def _binary(op, x, y):
+    if isinstance(x, Product) and isinstance(y, int) and not isinstance(y, bool) and y > 0 and op in ("Mul", "Div"):
+        # Bloom's batch*heads read back from a shape and divided by the heads
+        if op == "Mul":
+            return _product_dim(x[0] * y, x.symbols)
+        return _product_dim(x[0] // y, x.symbols) if x[0] % y == 0 else None
     if isinstance(x, tuple) or isinstance(y, tuple) or x is None or y is None:
         return None
     if op == "Equal":

@@ -366,6 +366,38 @@ def test_the_last_s_of_a_buffer_broadcasts_as_s():
     assert shape_of(m, "y") == ["B", 4, "S", "S"]
 
 
+def test_batch_times_heads_merged_and_split_back_by_computed_shapes():
+    # Bloom: [B, H, S, D] -> Reshape([B*H, -1, D]) with B*H = Mul(B, H) read
+    # from an input; the product [B*H, S, D] -> Reshape([Div(its dim 0, H), H, S, D]).
+    m, _ = run_pass("infer_shapes", """g (float[B,4,S,16] x) => (float z) {
+        s = Shape(x)
+        zero = Constant <value = int64 {0}> ()
+        b = Gather(s, zero)
+        four = Constant <value = int64 {4}> ()
+        bh = Mul(b, four)
+        ax = Constant <value = int64[1] {0}> ()
+        bh1 = Unsqueeze(bh, ax)
+        rest = Constant <value = int64[2] {-1, 16}> ()
+        merge = Concat <axis = 0> (bh1, rest)
+        m3 = Reshape(x, merge)
+        y3 = Relu(m3)
+        s3 = Shape(y3)
+        bh2 = Gather(s3, zero)
+        b2 = Div(bh2, four)
+        b21 = Unsqueeze(b2, ax)
+        two = Constant <value = int64 {2}> ()
+        sq = Gather(s, two)
+        sq1 = Unsqueeze(sq, ax)
+        h1 = Constant <value = int64[1] {4}> ()
+        d1 = Constant <value = int64[1] {16}> ()
+        split = Concat <axis = 0> (b21, h1, sq1, d1)
+        y = Reshape(y3, split)
+        z = ReduceSum <keepdims = 0> (y)
+    }""")
+    assert shape_of(m, "m3")[1:] == ["S", 16] and unknown(shape_of(m, "m3")[0])  # 4*B: no dim says that
+    assert shape_of(m, "y") == ["B", 4, "S", 16]
+
+
 def test_buffered_token_types_and_a_written_out_layer_norm_keep_the_symbols():
     # HF BERT called without token_type_ids: buffer[:, :seq] gathered by
     # position (GatherElements: the indices' shape), expanded to [B, S];
