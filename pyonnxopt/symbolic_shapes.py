@@ -679,8 +679,8 @@ class _Walk:
             elif s == 0 and st == 1 and _is_sym_entry(e):
                 out[a] = e if x[a] == e else (AtMost(e, x[a]) if isinstance(x[a], int) else None)
             elif st == 1 and isinstance(x[a], int) and isinstance(e, int) and e >= x[a] and \
-                    _is_sym_entry(_linear_sum(x[a], s, -1)):
-                out[a] = AtMost(_linear_sum(x[a], s, -1), x[a])  # the last S of N (rule 5)
+                    isinstance(s, Linear) and s.const == x[a] and all(c < 0 for _, c in s.terms):
+                out[a] = AtMost(_linear_sum(x[a], s, -1), x[a])  # the last S of N, from N - S (rule 5)
             else:
                 out[a] = None
         return out
