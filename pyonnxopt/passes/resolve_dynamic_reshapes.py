@@ -161,6 +161,112 @@ def resolve(x_dims: Optional[list], entries: list, counts: frozenset = frozenset
     return out, None
 
 
+def _input_dims(g) -> dict:
+    """symbol -> (graph input, axis) for the named dims of the graph's inputs."""
+    found = {}
+    for v in g.inputs:
+        if v.initializer is None:
+            for axis, d in enumerate(dims(v) or []):
+                if isinstance(d, str):
+                    found.setdefault(d, (v, axis))
+    return found
+
+
+def _reads_computed_shape(target, limit: int = 64) -> bool:
+    """Whether the target's arithmetic reads the Shape of a computed value
+    (not a graph input): that value then has a reader only for its shape,
+    which keeps fusions from taking its producer (Bloom's context MatMul)."""
+    stack, seen = [target.producer], set()
+    while stack and len(seen) < limit:
+        p = stack.pop()
+        if p is None or p in seen:
+            continue
+        seen.add(p)
+        if p.op_type == "Shape":
+            if p.inputs[0].producer is not None:
+                return True
+            continue
+        stack.extend(x.producer for x in p.inputs if x is not None)
+    return False
+
+
+def _dead_after(target, reshape, limit: int = 64) -> int:
+    """How many nodes computing `target` nothing else reads: they go once
+    the Reshape reads another target."""
+    dead: set = set()
+    stack = [target.producer]
+    while stack and len(dead) < limit:
+        p = stack.pop()
+        if p is None or p in dead:
+            continue
+        if any(v.is_graph_output or any(user != reshape and user not in dead for user, _ in v.uses)
+               for v in p.outputs if v is not None):
+            continue
+        dead.add(p)
+        stack.extend(x.producer for x in p.inputs if x is not None)
+    return len(dead)
+
+
+def read_plan(x_dims: Optional[list], entries: list, out_dims: Optional[list], readable: dict,
+              counts: frozenset = frozenset()) -> Optional[list]:
+    """The target as ints (constants, 0 copies, one -1) and (input, axis)
+    reads of graph inputs' dims at run time, or None. An entry left
+    unknown is the output's dim there when the walk names it."""
+    out = []
+    for j, e in enumerate(entries):
+        if e is _UNKNOWN and out_dims is not None and j < len(out_dims) and isinstance(out_dims[j], (int, str)):
+            e = out_dims[j]
+        if isinstance(e, int):
+            out.append(e)
+        elif isinstance(e, str) and x_dims is not None and j < len(x_dims) and x_dims[j] == e:
+            out.append(0)
+        elif isinstance(e, str):
+            out.append(e)
+        else:
+            return None
+    symbols = [j for j, e in enumerate(out) if isinstance(e, str)]
+    if not symbols:
+        return None
+    zeros_safe = all(not (e == 0 and isinstance(e, int)) or (isinstance(d, int) and d > 0)
+                     or (isinstance(d, str) and d not in counts)
+                     for e, d in zip(out, (x_dims or []) + [None] * len(out)))
+    if -1 not in out and zeros_safe:
+        j = next((j for j in symbols if out[j] not in readable), symbols[0])
+        out[j] = -1
+    if any(isinstance(e, str) and e not in readable for e in out):
+        return None
+    return [readable[e] if isinstance(e, str) else e for e in out]
+
+
+def _read_target(g, n, plan: list):
+    """Concat of the plan's constants and Gather(Shape(input), [axis])
+    reads, before n; returns its output."""
+    pieces, run = [], []
+
+    def flush():
+        if run:
+            pieces.append(_constant(g, f"{n.outputs[0].name}_shape_part", list(run), before=n, as_node=False))
+            run.clear()
+
+    for e in plan:
+        if isinstance(e, int):
+            run.append(e)
+            continue
+        flush()
+        value, axis = e
+        (shape,) = g.add_node("Shape", [value], [g.unique_name(f"{value.name}_shape")],
+                              name=g.unique_name(f"{value.name}_shape"), before=n).outputs
+        index = _constant(g, f"{value.name}_axis{axis}", [axis], before=n, as_node=False)
+        (dim,) = g.add_node("Gather", [shape, index], [g.unique_name(f"{value.name}_dim{axis}")],
+                            name=g.unique_name(f"{value.name}_dim{axis}"), before=n).outputs
+        pieces.append(dim)
+    flush()
+    concat = g.add_node("Concat", pieces, [g.unique_name(f"{n.outputs[0].name}_shape")],
+                        name=g.unique_name(f"{n.outputs[0].name}_shape"), before=n)
+    concat.set_attribute("axis", 0)
+    return concat.outputs[0]
+
+
 def _constant(g, hint: str, shape: list, before, as_node: bool):
     data = np.asarray(shape, np.int64)
     if not as_node:
@@ -198,6 +304,16 @@ class ResolveDynamicReshapes(Pass):
                 shape, why = resolve(x_dims, entries, may_be_empty)
                 if why:
                     shape, why = resolve(x_dims, _with_known_output_dims(entries, dims(n.outputs[0])), may_be_empty)
+                if why and g.parent is None and not old_ir and _reads_computed_shape(target):
+                    plan = read_plan(x_dims, entries, dims(n.outputs[0]), _input_dims(g), may_be_empty)
+                    reads = sum(isinstance(e, tuple) for e in plan or [])
+                    if plan is not None and not (n.attributes.get("allowzero", 0) and (-1 in plan or 0 in plan)) \
+                            and _dead_after(target, n) >= 1 + 2 * reads:  # a Concat, a Shape and a Gather a read
+                        read = _read_target(g, n, plan)
+                        g.set_input(n, 1, read)
+                        stats["rewrites"].append({"what": "target read from the graph inputs' dims",
+                                                  "consumed": [target.name], "produced": [read.name]})
+                        continue
                 allowzero = n.attributes.get("allowzero", 0)
                 if not why and allowzero and (-1 in shape and -1 not in entries):
                     # The copies are exact with allowzero=0 (an empty dim is copied as 0), but a -1 made

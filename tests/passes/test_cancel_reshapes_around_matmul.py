@@ -131,3 +131,47 @@ def test_axes_of_size_1_dropped_and_added_are_kept_by_squeeze_and_unsqueeze(opse
 def test_refusals(text, why):
     before, m, r = run(text)
     assert not r.modified and any(why in x for x in near_misses(r)), near_misses(r)
+
+
+def biased(bias: str) -> str:
+    """Bloom's scores: the ALiBi bias, on the merged batch, added before the split."""
+    return graph(a="3,4,5,8", b="3,4,8,6", y="3,4,5,6").replace(
+        "float[3,4,8,6] b)", f"float[3,4,8,6] b, float[{bias}] bias)").replace(
+        "y = Reshape(p, sy)", "q = Add(p, bias)  y = Reshape(q, sy)")
+
+
+@pytest.mark.parametrize("bias", [(12, 1, 6), (1, 5, 1), (12, 5, 6)])
+def test_a_bias_on_the_merged_batch_is_split_as_the_product(bias):
+    before, m, r = run(biased(",".join(map(str, bias))))
+    assert r.modified and ops(m) == ["MatMul", "Reshape", "Add"]
+    product = m.graph.nodes[0]
+    assert [v.name for v in product.inputs] == ["a", "b"]
+    f = feeds((3, 4, 5, 8), (3, 4, 8, 6))
+    f["bias"] = np.random.default_rng(1).standard_normal(bias).astype(np.float32)
+    np.testing.assert_allclose(outputs(before, f)[0], outputs(m, f)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_bias_with_a_symbolic_last_dim_reads_it_at_run_time():
+    text = """g (float[3,4,S,8] a, float[3,4,8,S] b, float[12,1,S] bias) => (float[3,4,S,S] y)
+        <int64[3] sa = {12, -1, 8}, int64[3] sb = {12, 8, -1}, int64[2] lead = {3, 4}> {
+        am = Reshape(a, sa)
+        bm = Reshape(b, sb)
+        p = MatMul(am, bm)
+        q = Add(p, bias)
+        ra = Shape <start = 2, end = 3> (a)
+        rb = Shape <start = 3, end = 4> (b)
+        sy = Concat <axis = 0> (lead, ra, rb)
+        y = Reshape(q, sy)
+    }"""
+    before, m, r = run(text)
+    assert r.modified and ops(m)[-1] == "Add" and "Gather" in ops(m)  # the bias's own length, read
+    f = feeds((3, 4, 7, 8), (3, 4, 8, 7))
+    f["bias"] = np.random.default_rng(1).standard_normal((12, 1, 7)).astype(np.float32)
+    np.testing.assert_allclose(outputs(before, f)[0], outputs(m, f)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_bias_that_widens_the_product_or_may_be_one_refuses():
+    before, m, r = run(biased("2,12,5,6").replace("float[3,4,5,6] y", "float[6,4,5,6] y"))
+    assert not r.modified  # the sum is wider than the product: y is no split of it
+    before, m, r = run(biased("N,1,6"))  # N could be 1: a split of it by the batch would fail
+    assert not r.modified and "does not broadcast into the merged product" in near_misses(r)[0]

@@ -301,6 +301,56 @@ def test_torch_gpt_neo_attention_with_a_causal_window_cut_from_a_buffer():
         assert_same_outputs(proto, m, {"x": x, "pad": _padding(2, 6)}, **TOL)
 
 
+class _BloomAttention:
+    """Bloom's attention as transformers writes it: q, k, v picked from one
+    packed projection [B, S, H, 3, D], the heads folded into the batch for
+    baddbmm with the ALiBi bias [B*H, 1, T], the scores split back to add
+    the causal and padding mask, bmm, merge."""
+
+    @staticmethod
+    def module():
+        import torch
+
+        class BloomAttention(torch.nn.Module):
+            def __init__(self, heads=4, size=8):
+                super().__init__()
+                self.h, self.d = heads, size
+                self.qkv = torch.nn.Linear(heads * size, 3 * heads * size)
+                self.register_buffer("slopes", torch.tensor([0.5 ** (i + 1) for i in range(heads)]))
+
+            def forward(self, x, mask):
+                b, n, _ = x.shape
+                positions = ((mask.cumsum(-1) - 1) * mask).to(x.dtype)
+                alibi = (self.slopes[None, :, None] * positions[:, None, :]).reshape(b * self.h, 1, n)
+                fused = self.qkv(x).view(b, n, self.h, 3, self.d)
+                q, k, v = (fused[..., i, :].transpose(1, 2).reshape(b * self.h, n, self.d) for i in range(3))
+                scores = alibi.baddbmm(q, k.transpose(-1, -2), beta=1.0, alpha=self.d ** -0.5)
+                causal = torch.ones(n, n, dtype=torch.bool).tril()
+                keep = causal[None, None] & mask[:, None, None, :].bool()
+                additive = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(x.dtype).min)
+                probs = torch.softmax(scores.view(b, self.h, n, n) + additive, dim=-1)
+                context = torch.bmm(probs.view(b * self.h, n, n), v)
+                return context.view(b, self.h, n, self.d).transpose(1, 2).reshape(b, n, self.h * self.d)
+
+        return BloomAttention()
+
+
+def test_torch_bloom_attention_with_its_alibi_and_folded_heads():
+    import torch
+
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[0, :2] = 0  # left padding
+    args = (torch.randn(2, 6, 32), mask)
+    proto = export(_BloomAttention.module(), args, 17, input_names=["x", "mask"],
+                   dynamic_axes={"x": {0: "batch", 1: "seq"}, "mask": {0: "batch", 1: "seq"}})
+    for target, opset, op in (("onnx", 23, "Attention"), ("ort", 17, "MultiHeadAttention")):
+        m, report = pyonnxopt.optimize(proto, target=target, opset=opset)
+        assert "Softmax" not in ops(m) and op in ops(m) and report["check"]["first_mismatch"] is None
+        assert "Transpose" not in ops(m) or target == "ort"  # MultiHeadAttention takes 4-d keys as they are
+        x = np.random.default_rng(5).standard_normal((2, 6, 32)).astype(np.float32)
+        assert_same_outputs(proto, m, {"x": x, "mask": mask.numpy()}, **TOL)
+
+
 def test_torch_masked_fill_attention():
     import torch
 

@@ -229,3 +229,79 @@ def test_no_minus_one_beside_a_count_that_may_be_empty():
     assert len(counts) == 1 and next(iter(counts)).startswith("unk__")  # NonZero's count; N is an input's
     assert resolve(["N", 6], ["N", _UNKNOWN], counts) == ([0, -1], None)
     assert resolve(["u0", 6], ["u0", _UNKNOWN], frozenset({"u0"}))[0] is None  # torch.export's data-dependent size
+
+
+BATCH_TIMES_HEADS = """g (float[B,S,8] x) => (float[B,2,S,4] y)
+        <int64[4] fold = {0, 0, 2, 4}, int64[2] rest = {-1, 4}> {
+        h4 = Reshape(x, fold)
+        ht = Transpose <perm = [0, 2, 1, 3]> (h4)
+        zero = Constant <value = int64 {0}> ()
+        one = Constant <value = int64 {1}> ()
+        two = Constant <value = int64 {2}> ()
+        ax = Constant <value = int64[1] {0}> ()
+        xs = Shape(x)
+        xb = Gather(xs, zero)
+        xbh = Mul(xb, two)
+        xbh1 = Unsqueeze(xbh, ax)
+        merged = Concat <axis = 0> (xbh1, rest)
+        h = Reshape(ht, merged)
+        p = Relu(h)
+        s = Shape(p)
+        bh = Gather(s, zero)
+        b = Div(bh, two)
+        b1 = Unsqueeze(b, ax)
+        n = Gather(xs, one)
+        n1 = Unsqueeze(n, ax)
+        two1 = Constant <value = int64[1] {2}> ()
+        four = Constant <value = int64[1] {4}> ()
+        t = Concat <axis = 0> (b1, two1, n1, four)
+        y = Reshape(p, t)
+    }"""
+
+
+def test_a_target_computed_from_a_computed_shape_reads_the_inputs_dims():
+    # Bloom: the heads folded into the batch ([B*2, S, 4]) and split back with
+    # Div(Shape(p)[0], 2): the batch and the length are both symbols, and the
+    # length moves, so no constant target says them; read from x at run
+    # time, p has no reader for its shape any more.
+    before, m, r = run(BATCH_TIMES_HEADS)
+    reshape = [n for n in m.graph.nodes if n.op_type == "Reshape"][-1]
+    assert r.stats["rewrites"][-1]["what"] == "target read from the graph inputs' dims"
+    assert reshape.inputs[1].producer.op_type == "Concat"
+    assert not any(n.op_type == "Shape" and n.inputs[0].name == "p" for n in m.graph.nodes)
+    same_at_sizes(before, m, [(2, 3, 8), (1, 5, 8)])
+
+
+def test_a_target_computed_from_the_inputs_own_shape_stays():
+    before, m, r = run(BATCH_TIMES_HEADS.replace("s = Shape(p)", "s = Shape(x)").replace(
+        "bh = Gather(s, zero)", "bh0 = Gather(s, zero)  bh = Mul(bh0, two)"))
+    same_at_sizes(before, m, [(2, 3, 8)])
+    assert not any(w["what"] == "target read from the graph inputs' dims" for w in r.stats["rewrites"])
+
+
+def test_read_plan():
+    from pyonnxopt.passes.resolve_dynamic_reshapes import read_plan
+
+    readable = {"B": ("x", 0), "S": ("x", 1)}
+    # p [P, S, 4] -> [B, 2, S, 4]: -1 for one symbol, a read of x for the other
+    assert read_plan(["P", "S", 4], ["B", 2, "S", 4], None, readable) == [-1, 2, ("x", 1), 4]
+    # an unknown entry is the walk's output dim there
+    assert read_plan(["P", "S", 4], [_UNKNOWN, 2, "S", 4], ["B", 2, "S", 4], readable) == [-1, 2, ("x", 1), 4]
+    # a symbol no input names can only be the -1
+    assert read_plan(["P", "S", 4], ["Q", 2, "S", 4], None, readable) == [-1, 2, ("x", 1), 4]
+    assert read_plan(["P", "S", 4], ["Q", 2, "T", 4], None, readable) is None
+    assert read_plan(["P", "S", 4], [_UNKNOWN, 2, "S", 4], None, readable) is None  # nothing names the first
+    # a 0 copy of a count that may be empty: no -1 beside it, every symbol read
+    assert read_plan(["N", "S", 4], ["N", "B", "S", 4], None, readable, frozenset({"N"})) == [0, ("x", 0), ("x", 1), 4]
+
+
+def test_a_read_that_would_add_nodes_is_not_made():
+    # Reshape(x, Shape(p)): one node of arithmetic, where reads would take a Concat and a Gather
+    before, m, r = run("""g (float[B,S,8] x) => (float[B,S,8] y) {
+        p = Relu(x)
+        q = Reshape(x, fold)
+        s = Shape(p)
+        y = Reshape(q, s)
+    }""".replace("q = Reshape(x, fold)", "t = Transpose <perm = [1, 0, 2]> (x)  q = Identity(t)"))
+    assert not any(w["what"] == "target read from the graph inputs' dims" for w in r.stats["rewrites"])
+    same_at_sizes(before, m, [(2, 3, 8)])

@@ -5,6 +5,12 @@ MatMul of the unmerged operands.
     y = Reshape(MatMul(Reshape(a, [-1, m, k]), Reshape(b, [-1, k, n])), [..., m, n])
  -> y = MatMul(a, b)            a: [b1, ..., bj, m, k], b: [b1, ..., bj, k, n]
 
+A bias added to the merged product before the split (Bloom's ALiBi, [B*H,
+1, T]) is split the same way and added to the unmerged product:
+
+    y = Reshape(Add(MatMul(...), bias), [..., m, n])
+ -> y = Add(MatMul(a, b), Reshape(bias, [..., 1 | m, 1 | n]))
+
 Either operand may also go through a Transpose of its last two axes after
 its Reshape; that Transpose then applies to a or b itself (a Transpose of
 the last two axes commutes with merging the axes before them). Axes of
@@ -26,12 +32,18 @@ Refuses when:
     merged operands are not 3-d, or the Transpose moves other axes;
  3. a's and b's batch axes are not provably the same dims (the merged
     product pairs them one to one; a MatMul of a and b would broadcast);
- 4. y is not a's batch axes followed by the product's two.
+ 4. y is not a's batch axes followed by the product's two;
+ 5. with a bias: a size-1 axis moves between operands and result; the
+    bias is not 3-d, or would widen the product; the batch axes hold more
+    than one symbol (the bias's split has one -1; its own last two dims
+    are read from it at run time where they are symbols).
 """
 
 from __future__ import annotations
 
 from typing import Optional
+
+import numpy as np
 
 from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
@@ -51,13 +63,19 @@ class CancelReshapesAroundMatmul(Rule):
     pattern_near_misses = False  # every Reshape starts the pattern; a product it refuses still says why
 
     def pattern(self, opset: int) -> list:
-        return [Op("Reshape", Op("MatMul", _operand("a", sa), _operand("b", sb), name="matmul"), Var("y_shape"),
-                   name="split")
-                for sa in (False, True) for sb in (False, True)]
+        def product(sa: bool, sb: bool, biased: bool) -> Op:
+            mm = Op("MatMul", _operand("a", sa), _operand("b", sb), name="matmul")
+            return Op("Add", mm, Var("bias"), name="biased", commutative=True) if biased else mm
+
+        return [Op("Reshape", product(sa, sb, biased), Var("y_shape"), name="split")
+                for biased in (False, True) for sa in (False, True) for sb in (False, True)]
 
     def check(self, m: Match) -> Optional[str]:
         plan = _plan(m)
-        return plan if isinstance(plan, str) else None
+        if isinstance(plan, str):
+            return plan
+        target = _bias_target(m, plan) if "bias" in m else None
+        return target if isinstance(target, str) else None
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         plan = _plan(m)
@@ -71,12 +89,56 @@ class CancelReshapesAroundMatmul(Rule):
                 (v,) = edit.node("Transpose", [v], {"perm": list(range(rank - 2)) + [rank - 1, rank - 2]},
                                  hint=f"{m.root.outputs[0].name}_{side}_swapped")
             operands.append(v)
+        if "bias" in m:  # its merged batch split as the product's, then added
+            (product,) = edit.node("MatMul", operands, hint=f"{m.root.outputs[0].name}_product")
+            target = _target_value(edit, m["bias"], _bias_target(m, plan))
+            (bias,) = edit.node("Reshape", [m["bias"], target], hint=f"{m['bias'].name}_split")
+            edit.replace_root("Add", [product, bias])
+            return None
         if not plan["y"]:
             edit.replace_root("MatMul", operands)
             return None
         (product,) = edit.node("MatMul", operands, hint=f"{m.root.outputs[0].name}_product")
         edit.squeeze("Unsqueeze", product, plan["y"], root=True)  # the split added them
         return None
+
+
+def _bias_target(m: Match, plan: dict):
+    """A bias added to the merged product, [M | 1, r, c] with r and c 1 or
+    the product's own: its target split as the product's batch (one
+    symbol at most there, the -1), as a list of ints and ("read", axis) of
+    the bias's own dims; or why not."""
+    bias, y = dims(m["bias"]), dims(m.root.outputs[0])
+    product = dims(m["matmul"].outputs[0])
+    if any(plan[side] for side in ("a", "b", "y")):
+        return "a size-1 axis moves between the operands and the result beside the bias"
+    if bias is None or len(bias) != 3 or product is None or len(product) != 3:
+        return f"the bias {bias} is not 3-d like the merged product {product}"
+    if not (bias[0] == 1 or same_dim(bias[0], product[0])) or any(
+            not (d == 1 or same_dim(d, p)) for d, p in zip(bias[1:], product[1:])):
+        return f"the bias {bias} does not broadcast into the merged product {product} without widening it"
+    batch = y[:-2] if bias[0] != 1 else [1] * (len(y) - 2)
+    symbols = [d for d in batch if not isinstance(d, int)]
+    if len(symbols) > 1:
+        return f"the product's batch axes {batch} hold more than one symbol"
+    return [d if isinstance(d, int) else -1 for d in batch] + [d if isinstance(d, int) else ("read", i + 1)
+                                                              for i, d in enumerate(bias[1:])]
+
+
+def _target_value(edit: Edit, bias, target: list):
+    """The target as a constant, or a Concat with the bias's own dims read
+    at run time where they are symbols."""
+    if all(isinstance(e, int) for e in target):
+        return edit.constant(np.array(target, np.int64), "bias_split")
+    (shape,) = edit.node("Shape", [bias], hint=f"{bias.name}_shape")
+    parts = []
+    for e in target:
+        if isinstance(e, int):
+            parts.append(edit.constant(np.array([e], np.int64), "bias_split_dim"))
+        else:
+            parts.append(edit.node("Gather", [shape, edit.constant(np.array([e[1]], np.int64), "bias_axis")],
+                                   hint=f"{bias.name}_dim")[0])
+    return edit.node("Concat", parts, {"axis": 0}, hint=f"{bias.name}_split_shape")[0]
 
 
 def _without_ones(d: list) -> tuple:
