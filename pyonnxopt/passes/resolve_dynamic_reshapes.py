@@ -175,7 +175,7 @@ def _input_dims(g) -> dict:
 def _reads_computed_shape(target, limit: int = 64) -> bool:
     """Whether the target's arithmetic reads the Shape of a computed value
     (not a graph input): that value then has a reader only for its shape,
-    which keeps fusions from taking its producer (Bloom's context MatMul)."""
+    which may keep fusions from taking its producer (Bloom's context MatMul)."""
     stack, seen = [target.producer], set()
     while stack and len(seen) < limit:
         p = stack.pop()
@@ -190,8 +190,30 @@ def _reads_computed_shape(target, limit: int = 64) -> bool:
     return False
 
 
-def _dead_after(target, reshape, limit: int = 64) -> int:
-    """How many nodes computing `target` nothing else reads: they go once
+def _read_form(target) -> bool:
+    """Whether the target is already constants and Gather(Shape(.), [i])
+    reads, as _read_target writes them (whose Shape other passes may have
+    moved to a value of the same dims): rewriting it again would only add
+    the same nodes."""
+    p = target.producer
+    if p is None or p.op_type != "Concat":
+        return False
+    for v in p.inputs:
+        q = v.producer if v is not None else None
+        if constant_ints(v) is None and not (q is not None and q.op_type == "Gather" and q.inputs[0].producer is not None
+                                             and q.inputs[0].producer.op_type == "Shape"
+                                             and constant_ints(q.inputs[1]) is not None):
+            return False
+    return True
+
+
+def _shape_of_product(node) -> bool:
+    p = node.inputs[0].producer if node.op_type == "Shape" and node.inputs else None
+    return p is not None and p.op_type == "MatMul" and not p.domain
+
+
+def _dead_after(target, reshape, limit: int = 64) -> set:
+    """The nodes computing `target` that nothing else reads: they go once
     the Reshape reads another target."""
     dead: set = set()
     stack = [target.producer]
@@ -204,7 +226,7 @@ def _dead_after(target, reshape, limit: int = 64) -> int:
             continue
         dead.add(p)
         stack.extend(x.producer for x in p.inputs if x is not None)
-    return len(dead)
+    return dead
 
 
 def read_plan(x_dims: Optional[list], entries: list, out_dims: Optional[list], readable: dict,
@@ -304,11 +326,15 @@ class ResolveDynamicReshapes(Pass):
                 shape, why = resolve(x_dims, entries, may_be_empty)
                 if why:
                     shape, why = resolve(x_dims, _with_known_output_dims(entries, dims(n.outputs[0])), may_be_empty)
-                if why and g.parent is None and not old_ir and _reads_computed_shape(target):
+                if why and g.parent is None and not old_ir and _reads_computed_shape(target) and not _read_form(target):
                     plan = read_plan(x_dims, entries, dims(n.outputs[0]), _input_dims(g), may_be_empty)
                     reads = sum(isinstance(e, tuple) for e in plan or [])
+                    dead = _dead_after(target, n) if plan is not None else set()
+                    # Worth it where a MatMul's Shape goes with the old arithmetic (the product is then
+                    # the fusions' to take), and that arithmetic outweighs the new: a Concat, and a Shape
+                    # and a Gather a read.
                     if plan is not None and not (n.attributes.get("allowzero", 0) and (-1 in plan or 0 in plan)) \
-                            and _dead_after(target, n) >= 1 + 2 * reads:  # a Concat, a Shape and a Gather a read
+                            and len(dead) >= 1 + 2 * reads and any(_shape_of_product(d) for d in dead):
                         read = _read_target(g, n, plan)
                         g.set_input(n, 1, read)
                         stats["rewrites"].append({"what": "target read from the graph inputs' dims",

@@ -232,7 +232,8 @@ def test_no_minus_one_beside_a_count_that_may_be_empty():
 
 
 BATCH_TIMES_HEADS = """g (float[B,S,8] x) => (float[B,2,S,4] y)
-        <int64[4] fold = {0, 0, 2, 4}, int64[2] rest = {-1, 4}> {
+        <int64[4] fold = {0, 0, 2, 4}, int64[2] rest = {-1, 4},
+         float[4,4] w = {0.5, 0.1, 0, 0, 0, 1, 0.2, 0, 0, 0, -1, 0, 0.3, 0, 0, 2}> {
         h4 = Reshape(x, fold)
         ht = Transpose <perm = [0, 2, 1, 3]> (h4)
         zero = Constant <value = int64 {0}> ()
@@ -245,7 +246,7 @@ BATCH_TIMES_HEADS = """g (float[B,S,8] x) => (float[B,2,S,4] y)
         xbh1 = Unsqueeze(xbh, ax)
         merged = Concat <axis = 0> (xbh1, rest)
         h = Reshape(ht, merged)
-        p = Relu(h)
+        p = MatMul(h, w)
         s = Shape(p)
         bh = Gather(s, zero)
         b = Div(bh, two)
@@ -260,10 +261,10 @@ BATCH_TIMES_HEADS = """g (float[B,S,8] x) => (float[B,2,S,4] y)
 
 
 def test_a_target_computed_from_a_computed_shape_reads_the_inputs_dims():
-    # Bloom: the heads folded into the batch ([B*2, S, 4]) and split back with
-    # Div(Shape(p)[0], 2): the batch and the length are both symbols, and the
-    # length moves, so no constant target says them; read from x at run
-    # time, p has no reader for its shape any more.
+    # Bloom: the heads folded into the batch ([B*2, S, 4]) and the product p
+    # split back with Div(Shape(p)[0], 2): the batch and the length are both
+    # symbols, and the length moves, so no constant target says them; read
+    # from x at run time, p has no reader for its shape any more.
     before, m, r = run(BATCH_TIMES_HEADS)
     reshape = [n for n in m.graph.nodes if n.op_type == "Reshape"][-1]
     assert r.stats["rewrites"][-1]["what"] == "target read from the graph inputs' dims"
@@ -272,10 +273,13 @@ def test_a_target_computed_from_a_computed_shape_reads_the_inputs_dims():
     same_at_sizes(before, m, [(2, 3, 8), (1, 5, 8)])
 
 
-def test_a_target_computed_from_the_inputs_own_shape_stays():
+def test_a_target_computed_from_the_inputs_own_shape_or_no_product_stays():
     before, m, r = run(BATCH_TIMES_HEADS.replace("s = Shape(p)", "s = Shape(x)").replace(
         "bh = Gather(s, zero)", "bh0 = Gather(s, zero)  bh = Mul(bh0, two)"))
     same_at_sizes(before, m, [(2, 3, 8)])
+    assert not any(w["what"] == "target read from the graph inputs' dims" for w in r.stats["rewrites"])
+    # the Shape of a value no fusion takes (GPT-2's Linears read their input's): the reads only move nodes
+    before, m, r = run(BATCH_TIMES_HEADS.replace("p = MatMul(h, w)", "p = Relu(h)"))
     assert not any(w["what"] == "target read from the graph inputs' dims" for w in r.stats["rewrites"])
 
 
@@ -297,11 +301,12 @@ def test_read_plan():
 
 def test_a_read_that_would_add_nodes_is_not_made():
     # Reshape(x, Shape(p)): one node of arithmetic, where reads would take a Concat and a Gather
-    before, m, r = run("""g (float[B,S,8] x) => (float[B,S,8] y) {
-        p = Relu(x)
+    before, m, r = run("""g (float[B,S,8] x) => (float[B,S,8] y) <float[8,8] w = {...}> {
+        p = MatMul(x, w)
         q = Reshape(x, fold)
         s = Shape(p)
         y = Reshape(q, s)
-    }""".replace("q = Reshape(x, fold)", "t = Transpose <perm = [1, 0, 2]> (x)  q = Identity(t)"))
+    }""".replace("q = Reshape(x, fold)", "t = Transpose <perm = [1, 0, 2]> (x)  q = Identity(t)").replace(
+        "{...}", "{" + ", ".join(["0.125"] * 64) + "}"))
     assert not any(w["what"] == "target read from the graph inputs' dims" for w in r.stats["rewrites"])
     same_at_sizes(before, m, [(2, 3, 8)])
