@@ -200,9 +200,9 @@ def _read_form(target) -> bool:
         return False
     for v in p.inputs:
         q = v.producer if v is not None else None
-        if constant_ints(v) is None and not (q is not None and q.op_type == "Gather" and q.inputs[0].producer is not None
-                                             and q.inputs[0].producer.op_type == "Shape"
-                                             and constant_ints(q.inputs[1]) is not None):
+        shape = q.inputs[0].producer if q is not None and q.op_type == "Gather" else None
+        read = shape is not None and shape.op_type == "Shape" and constant_ints(q.inputs[1]) is not None
+        if constant_ints(v) is None and not read:
             return False
     return True
 
