@@ -172,24 +172,6 @@ def _input_dims(g) -> dict:
     return found
 
 
-def _reads_computed_shape(target, limit: int = 64) -> bool:
-    """Whether the target's arithmetic reads the Shape of a computed value
-    (not a graph input): that value then has a reader only for its shape,
-    which may keep fusions from taking its producer (Bloom's context MatMul)."""
-    stack, seen = [target.producer], set()
-    while stack and len(seen) < limit:
-        p = stack.pop()
-        if p is None or p in seen:
-            continue
-        seen.add(p)
-        if p.op_type == "Shape":
-            if p.inputs[0].producer is not None:
-                return True
-            continue
-        stack.extend(x.producer for x in p.inputs if x is not None)
-    return False
-
-
 def _read_form(target) -> bool:
     """Whether the target is already constants and Gather(Shape(.), [i])
     reads, as _read_target writes them (whose Shape other passes may have
@@ -326,15 +308,15 @@ class ResolveDynamicReshapes(Pass):
                 shape, why = resolve(x_dims, entries, may_be_empty)
                 if why:
                     shape, why = resolve(x_dims, _with_known_output_dims(entries, dims(n.outputs[0])), may_be_empty)
-                if why and g.parent is None and not old_ir and _reads_computed_shape(target) and not _read_form(target):
+                # Worth it where a MatMul's Shape goes with the old arithmetic (the product is then the
+                # fusions' to take), and that arithmetic outweighs the new: a Concat, and a Shape and a
+                # Gather a read.
+                dead = _dead_after(target, n) if why and g.parent is None and not old_ir else set()
+                if any(_shape_of_product(d) for d in dead) and not _read_form(target):
                     plan = read_plan(x_dims, entries, dims(n.outputs[0]), _input_dims(g), may_be_empty)
                     reads = sum(isinstance(e, tuple) for e in plan or [])
-                    dead = _dead_after(target, n) if plan is not None else set()
-                    # Worth it where a MatMul's Shape goes with the old arithmetic (the product is then
-                    # the fusions' to take), and that arithmetic outweighs the new: a Concat, and a Shape
-                    # and a Gather a read.
                     if plan is not None and not (n.attributes.get("allowzero", 0) and (-1 in plan or 0 in plan)) \
-                            and len(dead) >= 1 + 2 * reads and any(_shape_of_product(d) for d in dead):
+                            and len(dead) >= 1 + 2 * reads:
                         read = _read_target(g, n, plan)
                         g.set_input(n, 1, read)
                         stats["rewrites"].append({"what": "target read from the graph inputs' dims",

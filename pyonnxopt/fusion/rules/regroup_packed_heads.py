@@ -35,7 +35,7 @@ import numpy as np
 from pyonnxopt.fusion.pattern import Const, Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.rules._channels import attribute
-from pyonnxopt.fusion.values import constant_ints, dims, same_dims
+from pyonnxopt.fusion.values import attr_or_input, dims, same_dims
 
 
 def _projection(variant: str) -> Op:
@@ -125,11 +125,7 @@ def _layout(m: Match):
     axis = attribute(split, "axis", 0)
     if axis not in (-1, len(out) - 1):
         return f"the Split is along axis {axis}, not the head's last"
-    if len(split.inputs) > 1 and split.inputs[1] is not None:
-        sizes = constant_ints(split.inputs[1])
-    else:
-        sizes = attribute(split, "split")
-    sizes = list(sizes) if sizes is not None else None
+    sizes = attr_or_input(split, "split", 1)
     if not sizes or sum(sizes) != d or len(sizes) != len(split.outputs) or len(sizes) < 2:
         return f"the Split's sizes {sizes} do not cut the head's {d} entries into its {len(split.outputs)} parts"
     if "c" in m and m["c"] is not None:
