@@ -628,10 +628,25 @@ const char* pad(const PushQuery& q, int64_t opset, Push& out) {
   return nullptr;
 }
 
+// LayerNormalization and RMSNormalization normalize the axes from `axis`
+// on, scaled by parameters of those dims: unchanged where the Transpose
+// keeps them in place (Gemma 3's and EXAONE 4's norms of each head, after
+// the head split's Transpose). Their statistics outputs keep the rank.
+const char* normalization(const PushQuery& q, Push& out) {
+  const int64_t r = rank_of(q);
+  const int64_t a = normalized(int_attr(q.node, "axis", -1), r);
+  if (a < 0) return "axis out of range";
+  for (int64_t i = a; i < r; ++i)
+    if (q.perm[static_cast<size_t>(i)] != i) return "the Transpose moves a normalized axis";
+  return start(q, out, 1);
+}
+
 // Linear and cubic Resize are implemented for few layouts (the innermost
 // axes, or NHWC's middle ones): the resized axes must stay where they were
-// or become the innermost ones.
-bool supported_layout(const Perm& q, const std::vector<bool>& resized) {
+// or, for linear, become the innermost ones. onnxruntime's cubic kernels
+// for NCHW and NHWC filter the two axes in another order, which gives
+// other NaNs where the input holds infinities of both signs.
+bool supported_layout(const Perm& q, const std::vector<bool>& resized, bool cubic) {
   std::vector<bool> moved(q.size(), false);
   size_t count = 0;
   for (size_t i = 0; i < q.size(); ++i) {
@@ -640,8 +655,39 @@ bool supported_layout(const Perm& q, const std::vector<bool>& resized) {
     ++count;
   }
   if (moved == resized) return true;
+  if (cubic) return false;
   for (size_t j = 0; j < q.size(); ++j)
     if (moved[j] != (j >= q.size() - count)) return false;
+  return true;
+}
+
+// The axes onnxruntime's linear and cubic kernels interpolate: all of the
+// innermost two (three for 5-d, or NHWC's middle two) even where the scale
+// is 1, with a weight of 0 on the neighbour there, which is NaN where that
+// neighbour is infinite. Other layouts: the resized axes.
+std::vector<bool> interpolated(const std::vector<bool>& resized) {
+  const size_t r = resized.size();
+  std::vector<bool> w(r, false);
+  auto inner = [&](size_t from, size_t to) {
+    for (size_t i = 0; i < r; ++i)
+      if (resized[i] && (i < from || i >= to)) return false;
+    for (size_t i = from; i < to; ++i) w[i] = true;
+    return true;
+  };
+  if ((r == 2 || r == 3) && inner(0, r)) return w;
+  if (r == 4 && (inner(2, 4) || inner(1, 3))) return w;
+  if (r == 5 && inner(2, 5)) return w;
+  return resized;
+}
+
+// Whether the pushed Resize interpolates the same axes of the data, so that
+// an infinite input turns the same outputs NaN.
+bool same_interpolated_axes(const Perm& q, const std::vector<bool>& resized) {
+  std::vector<bool> moved(q.size(), false);
+  for (size_t i = 0; i < q.size(); ++i) moved[static_cast<size_t>(q[i])] = resized[i];
+  const std::vector<bool> before = interpolated(resized), after = interpolated(moved);
+  for (size_t i = 0; i < q.size(); ++i)
+    if (before[i] != after[static_cast<size_t>(q[i])]) return false;
   return true;
 }
 
@@ -681,8 +727,12 @@ const char* resize(const PushQuery& q, int64_t opset, Push& out) {
     if (!out.inputs[p.slot].tensor) return refuse(out, "Resize parameter " + quoted(v) + " cannot be read");
   }
   const Attribute* mode = n.attribute("mode");
-  if (mode && mode->s.value != "nearest" && !supported_layout(q.perm, resized))
-    return "linear or cubic Resize would resize other axes than the innermost or the ones it did";
+  const bool cubic = mode && mode->s.value == "cubic";
+  if (mode && mode->s.value != "nearest" && !supported_layout(q.perm, resized, cubic))
+    return cubic ? "cubic Resize would resize other axes than it did (its NCHW and NHWC kernels filter in another order)"
+                 : "linear Resize would resize other axes than the innermost or the ones it did";
+  if (mode && mode->s.value != "nearest" && !same_interpolated_axes(q.perm, resized))
+    return "linear or cubic Resize would interpolate other axes at scale 1 (where an infinite input gives NaN)";
   return nullptr;
 }
 
@@ -718,6 +768,7 @@ const char* plan_push(const PushQuery& q, Push& out) {
   if (op == "Slice") return slice(q, opset, out);
   if (op == "Pad") return pad(q, opset, out);
   if (op == "Resize") return resize(q, opset, out);
+  if (op == "LayerNormalization" || op == "RMSNormalization") return normalization(q, out);
   return kNoRule;
 }
 

@@ -567,6 +567,36 @@ def test_softmax_from_opset_13_remaps_its_axis():
     assert structure(m) == [("Softmax", ["x"], ["y"])] and attribute(m, 0, "axis") == 1
 
 
+@pytest.mark.parametrize("op, opset", [("LayerNormalization", 17), ("RMSNormalization", 23)])
+def test_a_norm_of_the_last_axes_lets_the_transpose_through(op, opset):
+    # Gemma 3 normalizes each head after the head split's Transpose: the
+    # Transpose goes below the norm, to meet the attention's.
+    m, r = check(f"""g (float[2,5,3,4] x) => (float[2,5,3,4] y, float[2,3,5,1] mean)
+                     <float[4] s = {{1.0, 2.0, 0.5, -1.0}}> {{
+        a = Transpose <perm = [0, 2, 1, 3]> (x)
+        b, mean = {op} <axis = -1> (a, s)
+        y = Transpose <perm = [0, 2, 1, 3]> (b)
+    }}""" if op == "LayerNormalization" else f"""g (float[2,5,3,4] x) => (float[2,5,3,4] y)
+                     <float[4] s = {{1.0, 2.0, 0.5, -1.0}}> {{
+        a = Transpose <perm = [0, 2, 1, 3]> (x)
+        b = {op} <axis = -1> (a, s)
+        y = Transpose <perm = [0, 2, 1, 3]> (b)
+    }}""", opset=opset)
+    assert ops(m).count("Transpose") == (1 if op == "LayerNormalization" else 0)
+    assert ops(m)[0] == op and m.to_onnx().graph.node[0].input[0] == "x"
+
+
+def test_a_norm_over_a_moved_axis_keeps_the_transpose():
+    m, r = check("""g (float[2,5,3,4] x) => (float[2,5,3,4] y) <float[5,4] s = {1.0, 2.0, 0.5, -1.0, 1.0, 2.0, 0.5, -1.0,
+                    1.0, 2.0, 0.5, -1.0, 1.0, 2.0, 0.5, -1.0, 1.0, 2.0, 0.5, -1.0}> {
+        a = Transpose <perm = [0, 2, 1, 3]> (x)
+        b = LayerNormalization <axis = 2> (a, s)
+        y = Transpose <perm = [0, 2, 1, 3]> (b)
+    }""")
+    assert ops(m) == ["Transpose", "LayerNormalization", "Transpose"]
+    assert "the Transpose moves a normalized axis" in reasons(r)
+
+
 def test_slice_axes_are_remapped():
     m, r = check("""g (float[2,3,4] x) => (float[2,3,2] y) <int64[1] s = {1}, int64[1] e = {3}, int64[1] ax = {1}> {
         a = Transpose <perm = [1, 2, 0]> (x)
@@ -617,7 +647,7 @@ def test_pad_attribute_before_opset_11():
     assert ops(m) == ["Pad"] and attribute(m, 0, "pads") == [0, 0, 1, 2, 0, 0, 3, 4]
 
 
-@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
 def test_nhwc_resize_becomes_nchw(mode):
     m, r = check(f"""g (float[1,3,4,4] x) => (float[1,3,8,8] y) <float[0] roi = {{}}, float[4] sc = {{1.0, 2.0, 2.0, 1.0}}> {{
         a = Transpose <perm = [0, 2, 3, 1]> (x)
@@ -626,6 +656,23 @@ def test_nhwc_resize_becomes_nchw(mode):
     }}""")
     assert structure(m) == [("Resize", ["x", "roi", "sc_permuted"], ["y"])]
     assert initializer(m, "sc_permuted").tolist() == [1.0, 1.0, 2.0, 2.0]
+
+
+def test_nhwc_resize_with_infinite_inputs():
+    # onnxruntime weighs a neighbour by 0 along the interpolated axes of
+    # scale 1: an infinite input makes it NaN. NCHW's H and W are NHWC's
+    # middle axes, which its NHWC kernel interpolates: the same NaNs.
+    text = """g (float[1,3,4,4] x) => (float[1,3,8,8] y) <float[0] roi = {}, float[4] sc = {1.0, 2.0, 2.0, 1.0}> {
+        a = Transpose <perm = [0, 2, 3, 1]> (x)
+        b = Resize <mode = "linear"> (a, roi, sc)
+        y = Transpose <perm = [0, 3, 1, 2]> (b)
+    }"""
+    before = parse(text)
+    x = np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    x[0, 1, 2, 3], x[0, 2, 0, 1] = np.inf, -np.inf
+    m, r = check(before)
+    assert ops(m) == ["Resize"]
+    same_numbers(before, m, {"x": x})
 
 
 def test_resize_sizes_are_reordered():
@@ -816,11 +863,27 @@ REFUSALS = {
         a = Transpose <perm = [1, 0]> (x)
         y = CastLike(d, a)
     }""", 17),
-    "linear or cubic Resize would resize other axes than the innermost or the ones it did": (
+    "cubic Resize would resize other axes than it did (its NCHW and NHWC kernels filter in another order)": (
+        # NHWC's kernel filters H and W in another order than NCHW's: other
+        # NaNs where +inf and -inf meet.
+        """g (float[1,3,4,4] x) => (float[1,3,8,8] y) <float[0] roi = {}, float[4] sc = {1.0, 2.0, 2.0, 1.0}> {
+        a = Transpose <perm = [0, 2, 3, 1]> (x)
+        b = Resize <mode = "cubic"> (a, roi, sc)
+        y = Transpose <perm = [0, 3, 1, 2]> (b)
+    }""", 17),
+    "linear Resize would resize other axes than the innermost or the ones it did": (
         """g (float[1,2,3,4] x) => (float[1,4,3,8] y) <float[0] roi = {}, float[4] sc = {1.0, 1.0, 2.0, 2.0}> {
         a = Transpose <perm = [2, 0, 1, 3]> (x)
         b = Resize <mode = "linear"> (a, roi, sc)
         y = Transpose <perm = [1, 2, 0, 3]> (b)
+    }""", 17),
+    "linear or cubic Resize would interpolate other axes at scale 1 (where an infinite input gives NaN)": (
+        # Only axis 2 is resized, but onnxruntime interpolates axes 2 and 3,
+        # here x's 2 and 0; pushed, x's 2 and 3.
+        """g (float[2,3,4,5] x) => (float[2,3,8,5] y) <float[0] roi = {}, float[4] sc = {1.0, 1.0, 2.0, 1.0}> {
+        a = Transpose <perm = [3, 1, 2, 0]> (x)
+        b = Resize <mode = "linear"> (a, roi, sc)
+        y = Transpose <perm = [3, 1, 2, 0]> (b)
     }""", 17),
     "output is a graph output and the input is a graph input, initializer or outer value": (
         """g (float[2,3] x) => (float[2,3] y) {
