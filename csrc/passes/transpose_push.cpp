@@ -631,13 +631,18 @@ const char* pad(const PushQuery& q, int64_t opset, Push& out) {
 // LayerNormalization and RMSNormalization normalize the axes from `axis`
 // on, scaled by parameters of those dims: unchanged where the Transpose
 // keeps them in place (Gemma 3's and EXAONE 4's norms of each head, after
-// the head split's Transpose). Their statistics outputs keep the rank.
+// the head split's Transpose). Their statistics outputs keep the rank. A
+// Transpose of size-1 axes stays: it becomes a Reshape beside the Reshapes
+// there (moved through the block's norm, torch's batch-1 `[S, 1, E]` went
+// into vit_b_16's MLPs and kept flatten_linear_rows from them, 346 -> 442).
 const char* normalization(const PushQuery& q, Push& out) {
   const int64_t r = rank_of(q);
   const int64_t a = normalized(int_attr(q.node, "axis", -1), r);
   if (a < 0) return "axis out of range";
   for (int64_t i = a; i < r; ++i)
     if (q.perm[static_cast<size_t>(i)] != i) return "the Transpose moves a normalized axis";
+  const std::optional<std::vector<int64_t>> shape = known_shape(q.node.inputs[0]);
+  if (shape && keeps_data_order(*shape, inverse(q.perm))) return "the Transpose moves only axes of size 1";
   return start(q, out, 1);
 }
 

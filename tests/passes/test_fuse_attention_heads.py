@@ -4,6 +4,7 @@ around it takes the 3-d tensors; structure, numbers, refusals."""
 import pytest
 
 from helpers import ops, structure
+from pyonnxopt.passes import get
 from transformer_helpers import assert_same_outputs, fuse, near
 
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -139,6 +140,60 @@ def test_a_nan_guard_after_the_attention_goes_on_the_3d_output():
     assert ops(m) == ["Attention", "IsNaN", "Where"] and m.graph.nodes[2].outputs[0].name == "y"
     assert m.graph.nodes[2].inputs[1].initializer.numpy().shape == ()  # not [1, 1, 1, 1]: y stays 3-d
     assert_same_outputs(original, m, **TOL)
+
+
+def multi_query(axis=3, unsqueeze_axes="1", extra_reader=""):
+    """GPTBigCode's attention: q (4 heads of 8), k and v (one head) split out
+    of Unsqueeze(qkv, 1)."""
+    outputs = "float[2,5,32] y" + (", float[2,1,5,8] kk" if extra_reader else "")
+    return f"""g (float[2,5,48] qkv, float[2,1,5,5] mask) => ({outputs}) <
+            int64[3] sizes = {{32, 8, 8}}, int64[1] ax = {{{unsqueeze_axes}}}, int64[4] qs = {{0, -1, 4, 8}},
+            int64[3] os = {{0, 0, -1}}> {{
+        u = Unsqueeze(qkv, ax)
+        q4, k, v = Split <axis = {axis}> (u, sizes)
+        qr = Reshape(q4, qs)  q = Transpose <perm = [0, 2, 1, 3]> (qr)
+        a = Attention <scale = 0.3> (q, k, v, mask)
+        at = Transpose <perm = [0, 2, 1, 3]> (a)
+        y = Reshape(at, os)
+        {extra_reader}
+    }}"""
+
+
+def test_multi_query_heads_split_out_of_an_unsqueeze_become_one_split():
+    m, r, original = run(multi_query())
+    get("eliminate_dead_code").run(m)  # the old Split and Unsqueeze, read by nothing now
+    assert ops(m) == ["Split", "Attention"]
+    assert [i.name for i in m.graph.nodes[0].inputs][:2] == ["qkv", "sizes"]
+    a = m.graph.nodes[1].attributes
+    assert (a["q_num_heads"], a["kv_num_heads"], a["axis"] if "axis" in a else -1) == (4, 1, -1)
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_a_multi_query_split_read_elsewhere_stays_for_its_reader():
+    m, r, original = run(multi_query(extra_reader="kk = Identity(k)"))
+    get("eliminate_dead_code").run(m)
+    assert ops(m).count("Split") == 2 and "Squeeze" not in ops(m) and "Transpose" not in ops(m)
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_single_head_keys_of_another_split_go_in_squeezed():
+    # The Split along axis 2 (the sequence) is not the projection's: squeezed.
+    text = multi_query().replace("int64[3] sizes = {32, 8, 8}", "int64[3] sizes = {5, 0, 0}").replace(
+        "float[2,5,48] qkv", "float[2,5,32] qkv")
+    text = text.replace("q4, k, v = Split <axis = 3> (u, sizes)",
+                        "q4, k0, v0 = Split <axis = 2> (u, sizes)  k = Slice(q4, z, e, la)  v = Slice(q4, e, f, la)")
+    text = text.replace("int64[3] os", "int64[1] z = {0}, int64[1] e = {8}, int64[1] f = {16}, int64[1] la = {3}, "
+                        "int64[3] os")
+    m, r, original = run(text)
+    assert ops(m).count("Attention") == 1 and ops(m).count("Squeeze") == 3 and "Transpose" not in ops(m)
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_keys_of_more_than_one_head_first_refuse():
+    text = multi_query().replace("float[2,1,5,5] mask", "float[2,1,5,5] mask, float[2,2,5,8] k2").replace(
+        "a = Attention <scale = 0.3> (q, k, v, mask)", "a = Attention <scale = 0.3> (q, k2, k2, mask)")
+    m, r, _ = run(text)
+    assert not r.modified and near(r, "the single-head k [2, 2, 5, 8] is not [B, 1, T, D] with D known")
 
 
 @pytest.mark.parametrize("cache", [False, True])

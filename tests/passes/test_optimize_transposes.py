@@ -587,14 +587,27 @@ def test_a_norm_of_the_last_axes_lets_the_transpose_through(op, opset):
 
 
 def test_a_norm_over_a_moved_axis_keeps_the_transpose():
-    m, r = check("""g (float[2,5,3,4] x) => (float[2,5,3,4] y) <float[5,4] s = {1.0, 2.0, 0.5, -1.0, 1.0, 2.0, 0.5, -1.0,
-                    1.0, 2.0, 0.5, -1.0, 1.0, 2.0, 0.5, -1.0, 1.0, 2.0, 0.5, -1.0}> {
+    m, r = check("""g (float[2,5,3,4] x) => (float[2,5,3,4] y) <float[5,4] s = {
+                    1.0, 2.0, 0.5, -1.0, 1.0, 2.0, 0.5, -1.0, 1.0, 2.0,
+                    0.5, -1.0, 1.0, 2.0, 0.5, -1.0, 1.0, 2.0, 0.5, -1.0}> {
         a = Transpose <perm = [0, 2, 1, 3]> (x)
         b = LayerNormalization <axis = 2> (a, s)
         y = Transpose <perm = [0, 2, 1, 3]> (b)
     }""")
     assert ops(m) == ["Transpose", "LayerNormalization", "Transpose"]
     assert "the Transpose moves a normalized axis" in reasons(r)
+
+
+def test_a_norm_keeps_a_transpose_of_size_1_axes():
+    # torch's batch-1 [S, 1, E] <-> [1, S, E]: a Reshape in the end, which
+    # stays beside the Reshapes of the block (vit_b_16's Linears).
+    m, r = check("""g (float[1,5,4] x) => (float[1,5,4] y) <float[4] s = {1.0, 2.0, 0.5, -1.0}> {
+        a = Transpose <perm = [1, 0, 2]> (x)
+        b = LayerNormalization <axis = -1> (a, s)
+        y = Transpose <perm = [1, 0, 2]> (b)
+    }""", shaped=True)
+    assert ops(m) == ["Transpose", "LayerNormalization", "Transpose"]
+    assert "the Transpose moves only axes of size 1" in reasons(r)
 
 
 def test_slice_axes_are_remapped():

@@ -24,6 +24,13 @@ projection, too), and optimize_transposes moves the split's Transpose
 below it for this rule. x then goes in as Reshape(x, [0, 0, H*D]), which
 moves no data.
 
+Multi-query keys and values may be any [B, 1, T, D] value, one head
+already first, and q's head split may read [B, 1, S, E]: GPTBigCode
+(StarCoder) writes Split(Unsqueeze(qkv, 1), [E, D, D], axis=3). Such a
+value goes in without its axis 1 (a Squeeze, which moves no data); where
+q, k and v are that Split's three outputs, one Split of qkv along its last
+axis gives the 3-d parts instead.
+
 Refuses when:
  1. the Attention returns more than its output (present keys and values,
     the scores) or takes past keys (the matcher's near miss says which);
@@ -45,7 +52,7 @@ from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule, reshape_attrs
 from pyonnxopt.fusion.rules.fuse_attention import (SPLIT, _heads, _merge, _split, guard_inputs, guard_reason, nan_guard,
                                                     past_reason)
-from pyonnxopt.fusion.values import dims, same_dim
+from pyonnxopt.fusion.values import attr_or_input, dims, same_dim
 
 
 class FuseAttentionHeads(Rule):
@@ -54,8 +61,10 @@ class FuseAttentionHeads(Rule):
     min_opset = 23
 
     def pattern(self, opset: int) -> list:
-        def variant(masked: bool, past: bool, q_moved: bool, k_moved: bool, v_moved: bool, guarded: bool) -> Op:
-            k, v = _moved("k") if k_moved else _heads("k"), _moved("v") if v_moved else _heads("v")
+        forms = {"split": _heads, "moved": _moved, "single": _single}
+
+        def variant(masked: bool, past: bool, q_moved: bool, k_form: str, v_form: str, guarded: bool) -> Op:
+            k, v = forms[k_form]("k"), forms[v_form]("v")
             if past:  # the present keys and values are graph outputs too: not exclusive
                 k = Op("Concat", Var("past_k"), k, name="k_present", exclusive=False)
                 v = Op("Concat", Var("past_v"), v, name="v_present", exclusive=False)
@@ -66,9 +75,14 @@ class FuseAttentionHeads(Rule):
             return Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Var("out_shape"),
                       name="merge_heads")
 
-        # A head split's Reshape first: a moved q or k takes any 4-d value.
-        return [variant(masked, past, q_moved, k_moved, v_moved, guarded)
-                for q_moved, k_moved, v_moved, past, masked, guarded in itertools.product((False, True), repeat=6)]
+        # A head split's Reshape first: a moved q or k takes any 4-d value,
+        # and a single head (last) any value at all.
+        kv_forms = list(itertools.product(("split", "moved"), repeat=2))
+        return [variant(masked, past, q_moved, k_form, v_form, guarded)
+                for (k_form, v_form), q_moved, past, masked, guarded
+                in itertools.product(kv_forms, *[(False, True)] * 4)] + \
+               [variant(masked, False, q_moved, "single", "single", guarded)
+                for q_moved, masked, guarded in itertools.product((False, True), repeat=3)]
 
     def check(self, m: Match) -> Optional[str]:
         why = guard_reason(m)
@@ -80,7 +94,8 @@ class FuseAttentionHeads(Rule):
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
         hq, hkv = _heads_of(m)
         attention = m["attention"]
-        inputs = [_flat(m, edit, n) for n in ("q", "k", "v")] + ([m["mask"]] if "mask" in m else [])
+        inputs = _unsqueezed_split(m, edit) or [_flat(m, edit, n) for n in ("q", "k", "v")]
+        inputs += [m["mask"]] if "mask" in m else []
         heads = {"q_num_heads": hq, "kv_num_heads": hkv}
         exact = _merge(m, _part(m, "q"), _part(m, "v")) == "exact"
         if "past_k" not in m and exact and "guarded" not in m:
@@ -127,23 +142,67 @@ def _heads_of(m: Match) -> Union[tuple, str]:
     return q[2], k[2]
 
 
+def _single(name: str) -> Var:
+    """A [B, 1, T, D] key or value: one head, already first."""
+    return Var(f"{name}1")
+
+
 def _moved(name: str) -> Op:
     """Transpose(x, [0, 2, 1, 3]) of a 4-d x other than a head split's Reshape."""
     return Op("Transpose", Var(f"{name}4"), name=f"{name}_heads", attrs={"perm": SPLIT})
 
 
 def _part(m: Match, name: str) -> Union[tuple, str]:
-    """(B, S, H, D) of q, k or v: its head split's, or a moved one's x."""
+    """(B, S, H, D) of q, k or v: its head split's, a moved one's x, or a
+    single head's."""
+    if f"{name}1" in m:
+        x = dims(m[f"{name}1"])
+        if x is None or len(x) != 4 or x[1] != 1 or not isinstance(x[3], int):
+            return f"the single-head {name} {x} is not [B, 1, T, D] with D known"
+        return x[0], x[2], 1, x[3]
     if f"{name}4" not in m:
-        return _split(m, name)
+        return _split_leading_one(m, name) or _split(m, name)
     x = dims(m[f"{name}4"])
     if x is None or len(x) != 4 or not isinstance(x[2], int) or not isinstance(x[3], int):
         return f"the {name} heads {x} moved before the Attention are not [B, S, H, D] with H and D known"
     return tuple(x)
 
 
+def _split_leading_one(m: Match, name: str) -> Optional[tuple]:
+    """(B, S, H, D) when the head split reads [B, 1, S, H*D]."""
+    if f"{name}3" not in m or "qkv3" in m:
+        return None
+    flat, split = dims(m[f"{name}3"]), dims(m[f"{name}_split"].outputs[0])
+    if flat is None or split is None or len(flat) != 4 or flat[1] != 1 or len(split) != 4:
+        return None
+    if not (same_dim(flat[0], split[0]) and same_dim(flat[2], split[1]) and isinstance(flat[3], int)
+            and isinstance(split[2], int) and isinstance(split[3], int) and split[2] * split[3] == flat[3]):
+        return None
+    return tuple(split)
+
+
+def _unsqueezed_split(m: Match, edit: Edit) -> Optional[list]:
+    """q, k and v as one Split of x along its last axis, where they are the
+    three outputs of Split(Unsqueeze(x, [1]), axis=3) (GPTBigCode)."""
+    values = [m[n] if n in m else None for n in ("q3", "k1", "v1")]
+    split = values[0].producer if values[0] is not None else None
+    if split is None or any(v is None or v.producer != split for v in values) or split.op_type != "Split" \
+            or split.domain:
+        return None
+    unsqueeze = split.inputs[0].producer
+    if unsqueeze is None or unsqueeze.op_type != "Unsqueeze" or unsqueeze.domain \
+            or attr_or_input(unsqueeze, "axes", 1) != [1] or split.attributes.get("axis", 0) not in (3, -1):
+        return None
+    attrs = {k: v for k, v in split.attributes.items() if k == "num_outputs"}
+    outputs = edit.node("Split", [unsqueeze.inputs[0], *split.inputs[1:]], {"axis": -1, **attrs},
+                        outputs=len(split.outputs), hint=f"{split.name}_3d")
+    return [outputs[list(split.outputs).index(v)] for v in values]
+
+
 def _flat(m: Match, edit: Edit, name: str):
     """The 3-d tensor the Attention takes for q, k or v."""
+    if f"{name}1" in m or (f"{name}3" in m and len(dims(m[f"{name}3"]) or []) == 4):
+        return edit.squeeze("Squeeze", m[f"{name}1" if f"{name}1" in m else f"{name}3"], [1], hint=f"{name}_3d")
     if f"{name}4" not in m:
         return m[f"{name}3"]
     _, _, h, d = _part(m, name)
