@@ -544,9 +544,13 @@ def test_mul_then_add_and_div_stay():
 
 
 def test_merge_refusals():
-    m, r = run("""g (float[2,3] x, float[4] u, float[4] w) => (float[2,3] y, float[4] z, float[4] zz, float[4] v, float[4] t)
-              <float[3] a = {1.0, 2.0, 3.0}, float[2,1] b = {1.0, 2.0}, float big = {3e38}, float tiny = {1e-30},
-               float one = {1.5}> {
+    # [9] and [8, 1] merge into 72 elements: more than the two and than 64.
+    a = "{" + ", ".join(f"{i}.0" for i in range(9)) + "}"
+    b = "{" + ", ".join(f"{i}.5" for i in range(8)) + "}"
+    m, r = run(f"""g (float[8,9] x, float[4] u, float[4] w)
+              => (float[8,9] y, float[4] z, float[4] zz, float[4] v, float[4] t)
+              <float[9] a = {a}, float[8,1] b = {b}, float big = {{3e38}}, float tiny = {{1e-30}},
+               float one = {{1.5}}> {{
         p = Add(x, a)
         y = Add(p, b)
         q = Add(u, one)
@@ -556,12 +560,23 @@ def test_merge_refusals():
         v = Add(s, big)
         k = Mul(w, tiny)
         t = Mul(k, tiny)
-    }""")
+    }}""")
     assert not r.modified
     assert reasons(r) == ["the merged constant would be larger than the two",
                           "'q' is read by another node or is a graph output",
                           "the merged constant overflows",
                           "the merged constant over- or underflows"]
+
+
+def test_merge_of_small_constants_that_broadcast():
+    # Longformer's index arithmetic: Add(Add(i, [4, 1]), [5]) -> Add(i, [4, 5]).
+    text = """g (int64[1,1] i) => (int64[4,5] y) <int64[4,1] a = {0, 1, 2, 3}, int64[5] b = {4, 5, 6, 7, 8}> {
+        p = Add(i, a)
+        y = Add(p, b)
+    }"""
+    m, r = run(text)
+    assert ops(m) == ["Add"] and m.graph.nodes[0].inputs[1].initializer.numpy().shape == (4, 5)
+    same_outputs(text, m, {"i": np.array([[5]], np.int64)})
 
 
 def test_merge_keeps_the_graph_output_name():

@@ -6,6 +6,7 @@
 // the constants. Floating point: the sum is reassociated, so results may
 // differ in the last bits (and x + a may overflow where x + (a + b) does
 // not, or the reverse); integers wrap the same either way.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -100,8 +101,11 @@ const char* merge_constants(Context& ctx, Graph& g, Node& n) {
   const Merged m = merged(inner_step, outer);
   if (m.x_negated && m.k_negated) return kNotMine;  // -x - k: not one node (and no pair gives it)
 
-  // The merged constant may not outgrow the two (broadcasting can).
-  fold::KernelContext kc{n, opset, c1.nbytes() + c2.nbytes()};
+  // The merged constant may not outgrow the two (broadcasting can), unless
+  // it is small: Longformer's index arithmetic adds [4, 1] and then [5].
+  // The output's shape is the same either way, and one op computes it.
+  constexpr size_t kSmallElements = 64;
+  fold::KernelContext kc{n, opset, std::max(c1.nbytes() + c2.nbytes(), kSmallElements * fold::element_size(c1.dtype))};
   std::vector<fold::Array> out;
   std::string why;
   fold::Status status;
