@@ -87,6 +87,41 @@ def reshape_attrs(allowzero) -> Optional[dict]:
     return {"allowzero": 1} if allowzero else None
 
 
+def shape_from_dims(graph, parts: list, before: Node, hint: str) -> tuple:
+    """A 1-D int64 shape built before `before` from `parts`: ints, each run
+    of them one constant, and (value, axis) entries, that dim of value read
+    at run time (Gather(Shape(value), [axis])); a Concat of the pieces, or
+    the one piece. Returns (the shape, the nodes added)."""
+    pieces, run, added = [], [], []
+
+    def add(op_type: str, inputs: list, name: str) -> Value:
+        n = graph.add_node(op_type, inputs, [graph.unique_name(name)], name=graph.unique_name(name), before=before)
+        added.append(n)
+        return n.outputs[0]
+
+    def flush():
+        if run:
+            pieces.append(graph.add_initializer(graph.unique_name(f"{hint}_part"), *raw_data(np.array(run, np.int64))))
+            run.clear()
+
+    for e in parts:
+        if isinstance(e, int):
+            run.append(e)
+            continue
+        flush()
+        value, axis = e
+        shape = add("Shape", [value], f"{value.name}_shape")
+        index = graph.add_initializer(graph.unique_name(f"{value.name}_axis{axis}"),
+                                      *raw_data(np.array([axis], np.int64)))
+        pieces.append(add("Gather", [shape, index], f"{value.name}_dim{axis}"))
+    flush()
+    if len(pieces) == 1:
+        return pieces[0], added
+    concat = add("Concat", pieces, hint)
+    concat.producer.set_attribute("axis", 0)
+    return concat, added
+
+
 class Match:
     """One place the pattern matched: bindings by element name."""
 
@@ -166,6 +201,12 @@ class Edit:
         (whole,) = self.node("Shape", [value], hint=f"{hint}_shape")
         bounds = [self.constant(np.array([i], np.int64), f"{hint}_{i}") for i in (start, end)]
         return self.node("Slice", [whole, *bounds], hint=hint)[0]
+
+    def shape_from_dims(self, parts: list, hint: str) -> Value:
+        """`shape_from_dims` before the root: ints and (value, axis) reads."""
+        shape, added = shape_from_dims(self.graph, parts, self._m.root, hint)
+        self.added.extend(added)
+        return shape
 
     def replace_value(self, old: Value, new: Value) -> None:
         """Readers of `old` (a matched node's output) read `new` (an output

@@ -32,7 +32,7 @@ from typing import Optional
 
 import numpy as np
 
-from pyonnxopt.fusion.rule import node_id
+from pyonnxopt.fusion.rule import node_id, shape_from_dims
 from pyonnxopt.fusion.values import attr_or_input, clamped_range, constant_ints, dims, one_axis_slice
 from pyonnxopt.model import Model, raw_data
 from pyonnxopt.passes.base import Pass, PassOptions, PassResult
@@ -174,7 +174,7 @@ def _input_dims(g) -> dict:
 
 def _read_form(target) -> bool:
     """Whether the target is already constants and Gather(Shape(.), [i])
-    reads, as _read_target writes them (whose Shape other passes may have
+    reads, as shape_from_dims writes them (whose Shape other passes may have
     moved to a value of the same dims): rewriting it again would only add
     the same nodes."""
     p = target.producer
@@ -242,35 +242,6 @@ def read_plan(x_dims: Optional[list], entries: list, out_dims: Optional[list], r
     return [readable[e] if isinstance(e, str) else e for e in out]
 
 
-def _read_target(g, n, plan: list):
-    """Concat of the plan's constants and Gather(Shape(input), [axis])
-    reads, before n; returns its output."""
-    pieces, run = [], []
-
-    def flush():
-        if run:
-            pieces.append(_constant(g, f"{n.outputs[0].name}_shape_part", list(run), before=n, as_node=False))
-            run.clear()
-
-    for e in plan:
-        if isinstance(e, int):
-            run.append(e)
-            continue
-        flush()
-        value, axis = e
-        (shape,) = g.add_node("Shape", [value], [g.unique_name(f"{value.name}_shape")],
-                              name=g.unique_name(f"{value.name}_shape"), before=n).outputs
-        index = _constant(g, f"{value.name}_axis{axis}", [axis], before=n, as_node=False)
-        (dim,) = g.add_node("Gather", [shape, index], [g.unique_name(f"{value.name}_dim{axis}")],
-                            name=g.unique_name(f"{value.name}_dim{axis}"), before=n).outputs
-        pieces.append(dim)
-    flush()
-    concat = g.add_node("Concat", pieces, [g.unique_name(f"{n.outputs[0].name}_shape")],
-                        name=g.unique_name(f"{n.outputs[0].name}_shape"), before=n)
-    concat.set_attribute("axis", 0)
-    return concat.outputs[0]
-
-
 def _constant(g, hint: str, shape: list, before, as_node: bool):
     data = np.asarray(shape, np.int64)
     if not as_node:
@@ -317,7 +288,7 @@ class ResolveDynamicReshapes(Pass):
                     reads = sum(isinstance(e, tuple) for e in plan or [])
                     if plan is not None and not (n.attributes.get("allowzero", 0) and (-1 in plan or 0 in plan)) \
                             and len(dead) >= 1 + 2 * reads:
-                        read = _read_target(g, n, plan)
+                        read, _ = shape_from_dims(g, plan, n, f"{n.outputs[0].name}_shape")
                         g.set_input(n, 1, read)
                         stats["rewrites"].append({"what": "target read from the graph inputs' dims",
                                                   "consumed": [target.name], "produced": [read.name]})
@@ -334,6 +305,7 @@ class ResolveDynamicReshapes(Pass):
                 g.set_input(n, 1, const)
                 if allowzero and 0 in shape:  # torch's dynamo exporter writes allowzero=1: a 0 now copies
                     n.set_attribute("allowzero", 0)
-                stats["rewrites"].append({"what": "constant target", "consumed": [target.name], "produced": [const.name]})
+                stats["rewrites"].append({"what": "constant target", "consumed": [target.name],
+                                          "produced": [const.name]})
         return PassResult(bool(stats["rewrites"]), stats)
 

@@ -43,8 +43,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
-
 from pyonnxopt.fusion.pattern import Op, Var
 from pyonnxopt.fusion.rule import Edit, Match, Rule
 from pyonnxopt.fusion.values import dims, same_dim
@@ -91,7 +89,7 @@ class CancelReshapesAroundMatmul(Rule):
             operands.append(v)
         if "bias" in m:  # its merged batch split as the product's, then added
             (product,) = edit.node("MatMul", operands, hint=f"{m.root.outputs[0].name}_product")
-            target = _target_value(edit, m["bias"], _bias_target(m, plan))
+            target = edit.shape_from_dims(_bias_target(m, plan), f"{m['bias'].name}_split_shape")
             (bias,) = edit.node("Reshape", [m["bias"], target], hint=f"{m['bias'].name}_split")
             edit.replace_root("Add", [product, bias])
             return None
@@ -106,8 +104,8 @@ class CancelReshapesAroundMatmul(Rule):
 def _bias_target(m: Match, plan: dict):
     """A bias added to the merged product, [M | 1, r, c] with r and c 1 or
     the product's own: its target split as the product's batch (one
-    symbol at most there, the -1), as a list of ints and ("read", axis) of
-    the bias's own dims; or why not."""
+    symbol at most there, the -1), as a list of ints and (bias, axis)
+    reads of the bias's own dims; or why not."""
     bias, y = dims(m["bias"]), dims(m.root.outputs[0])
     product = dims(m["matmul"].outputs[0])
     if any(plan[side] for side in ("a", "b", "y")):
@@ -121,24 +119,8 @@ def _bias_target(m: Match, plan: dict):
     symbols = [d for d in batch if not isinstance(d, int)]
     if len(symbols) > 1:
         return f"the product's batch axes {batch} hold more than one symbol"
-    return [d if isinstance(d, int) else -1 for d in batch] + [d if isinstance(d, int) else ("read", i + 1)
+    return [d if isinstance(d, int) else -1 for d in batch] + [d if isinstance(d, int) else (m["bias"], i + 1)
                                                               for i, d in enumerate(bias[1:])]
-
-
-def _target_value(edit: Edit, bias, target: list):
-    """The target as a constant, or a Concat with the bias's own dims read
-    at run time where they are symbols."""
-    if all(isinstance(e, int) for e in target):
-        return edit.constant(np.array(target, np.int64), "bias_split")
-    (shape,) = edit.node("Shape", [bias], hint=f"{bias.name}_shape")
-    parts = []
-    for e in target:
-        if isinstance(e, int):
-            parts.append(edit.constant(np.array([e], np.int64), "bias_split_dim"))
-        else:
-            parts.append(edit.node("Gather", [shape, edit.constant(np.array([e[1]], np.int64), "bias_axis")],
-                                   hint=f"{bias.name}_dim")[0])
-    return edit.node("Concat", parts, {"axis": 0}, hint=f"{bias.name}_split_shape")[0]
 
 
 def _without_ones(d: list) -> tuple:
