@@ -543,6 +543,39 @@ def test_mul_then_add_and_div_stay():
     assert not r.modified and r.stats["refused"] == []
 
 
+def test_integer_divisions_merge():
+    # Truncating twice is truncating once by the product, negative numbers too.
+    text = """g (int64[8] x, int32[8] i) => (int64[8] y, int32[8] j) <int64 a = {-3}, int64[1] b = {2}, int32 c = {4}> {
+        p = Div(x, a)
+        y = Div(p, b)
+        q = Div(i, c)
+        j = Div(q, c)
+    }"""
+    m, r = run(text)
+    assert structure(m) == [("Div", ["x", "y_merged"], ["y"]), ("Div", ["i", "j_merged"], ["j"])]
+    assert m.graph.nodes[0].inputs[1].initializer.numpy().tolist() == [-6]
+    x = np.array([-2**63, 2**63 - 1, -13, -7, -6, 5, 6, 13], np.int64)
+    same_outputs(text, m, {"x": x, "i": np.array([-2**31, 2**31 - 1, -33, -17, -16, 15, 16, 33], np.int32)})
+    unchanged_on_second_run(m)
+
+
+def test_integer_division_refusals():
+    m, r = run("""g (int32[2] x, int32[2] u, int64[2] w, int32[2] v) => (int32[2] y, int32[2] z, int64[2] t, int32[2] s)
+              <int32 a = {65536}, int32 b = {32768}, int32[2] zero = {0, 2}, int32 two = {2},
+               int64 c = {-4294967296}, int32 k = {3}> {
+        p = Div(x, a)
+        y = Div(p, b)
+        q = Div(u, zero)
+        z = Div(q, two)
+        e = Div(w, c)
+        t = Div(e, c)
+        d = Div(k, v)
+        s = Div(d, two)
+    }""")
+    assert not r.modified
+    assert reasons(r) == ["the divisors' product may overflow", "a divisor is 0", "the divisors' product may overflow"]
+
+
 def test_merge_refusals():
     # [9] and [8, 1] merge into 72 elements: more than the two and than 64.
     a = "{" + ", ".join(f"{i}.0" for i in range(9)) + "}"
