@@ -274,10 +274,11 @@ def test_attention_shape_arithmetic_goes_and_outputs_stay():
     got = [n.op_type for n in m.graph.nodes]
     # ctx's Reshape is an identity (k's last dim is S, as is ctx's third); the
     # head merge gets a constant target; what computes the mask's shape stays,
-    # reading S from x's Shape alone (merge_equal_dims: q's dim 2 is S too);
-    # the Expand guard's Equal folds (dims are never -1; its second entry is
-    # the -1 itself), and its Where goes into the Concat (select_concat_entries)
-    assert got == ["Shape", "Gather", "Unsqueeze", "Gather", "Unsqueeze", "Reshape", "Transpose", "Transpose",
+    # reading B and S from x's Shape alone (merge_equal_dims: q's dim 2 is S
+    # too), each as one Shape slice (unsqueeze_into_gather); the Expand
+    # guard's Equal folds (dims are never -1; its second entry is the -1
+    # itself), and its Where goes into the Concat (select_concat_entries)
+    assert got == ["Shape", "Shape", "Reshape", "Transpose", "Transpose",
                    "MatMul", "Concat", "Expand", "Where", "Add", "Softmax", "MatMul", "Transpose", "Reshape"]
     reshapes = [n for n in m.graph.nodes if n.op_type == "Reshape"]
     assert [r.inputs[1].initializer.numpy().tolist() for r in reshapes] == [[0, 0, -1, 8], [0, 0, -1]]

@@ -13,6 +13,7 @@ namespace {
 constexpr algebra::Rule kRules[] = {
     algebra::remove_identity, algebra::shorten_unary_chain, algebra::bound_with_clip,
     algebra::merge_constants, algebra::undo_concat, algebra::flatten_concat, algebra::reduce_to_squeeze,
+    algebra::join_shape_slices,
 };
 
 // One pass over every graph; the rules count what they change in `stats`.

@@ -30,13 +30,18 @@
 //   y = Add(Add(x, a), b)   ->   y = Add(x, a + b)      (a + b computed now)
 //   (x - a) + b -> x + (b - a)    (x - a) - b -> x - (a + b)    (a - x) + b -> (a + b) - x
 //   b - (x + a) -> (b - a) - x    (x * a) * b -> x * (a * b)
-// x * a + b stays (Mul then Add do not merge), and so does Div.
+//   integers: (x / a) / b -> x / (a * b)   (no divisor 0, no overflow)
+// x * a + b stays (Mul then Add do not merge), and so does a floating Div.
 //
 // Concat taken apart again (concat_readers.cpp):
 //   c = Concat<axis=1>(a: [N,2], b: [N,3])
 //   s = Slice(c, starts=[2], ends=[5], axes=[1])     ->  readers of s read b
 //   p, q = Split<axis=1>(c, split=[2, 3])            ->  readers of p, q read a, b
 //   (the Concat goes when nothing else reads it)
+//
+// Shape slices joined (shape_slices.cpp), from opset 15:
+//   Concat(Shape(x, 0, 1), Shape(x, 1, 2), c)  ->  Concat(Shape(x, 0, 2), c)
+//   Concat(Shape(x, 0, 1), Shape(x, 1, 2))     ->  Shape(x)   (x 2-d)
 //
 // Exactness. Integer results are bit for bit (+ - * wrap the same in any
 // order). Floating: x * 1, x / 1, Pow(x, 1), x + (-0), x - (+0), the chains

@@ -15,6 +15,7 @@ from pyonnxopt.fusion.rules.gather_own_positions import GatherOwnPositions
 from pyonnxopt.fusion.rules.select_concat_entries import SelectConcatEntries
 from pyonnxopt.fusion.rules.squeeze_into_reshape import SqueezeIntoReshape
 from pyonnxopt.fusion.rules.transpose_before_unsqueeze import TransposeBeforeUnsqueeze
+from pyonnxopt.fusion.rules.unsqueeze_into_gather import UnsqueezeIntoGather
 from pyonnxopt.passes.base import NativePass, Pass
 from pyonnxopt.passes.eliminate_zero_rnn_states import EliminateZeroRnnStates
 from pyonnxopt.passes.flatten_linear_rows import FlattenLinearRows
@@ -34,7 +35,7 @@ for _p in (InferShapes(), EliminateZeroRnnStates(), FoldConstantsOnnxruntime(), 
            CollapseSymbolicReshapes(), EliminateTrueAnd(),
            CancelReshapesAroundTranspose(),
            TransposeBeforeUnsqueeze(), CancelReshapesAroundMatmul(), SqueezeIntoReshape(),
-           *BUILTIN_RULES, FlattenLinearRows()):
+           *BUILTIN_RULES, FlattenLinearRows(), UnsqueezeIntoGather()):
     _PASSES[_p.name] = _p
 
 # The default pipeline's order; passes registered later run after these.
@@ -46,7 +47,7 @@ DEFAULT_ORDER = [
     "eliminate_same_shape_slices", "gather_own_positions", "collapse_symbolic_reshapes", "eliminate_true_and",
     "cancel_reshapes_around_transpose", "transpose_before_unsqueeze", "cancel_reshapes_around_matmul",
     "squeeze_into_reshape",
-    *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "merge_equal_dims",
+    *(r.name for r in BUILTIN_RULES), "regroup_transposes", "flatten_linear_rows", "unsqueeze_into_gather", "merge_equal_dims",
     "eliminate_common_subexpressions", "share_branch_constants", "eliminate_dead_code",
 ]
 

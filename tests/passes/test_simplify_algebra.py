@@ -958,3 +958,52 @@ def test_a_tree_ensembles_sum_over_one_tree_goes_with_its_reshape():
     }"""
     optimized, _ = pyonnxopt.optimize(parse(text))
     assert [n.op_type for n in optimized.to_onnx().graph.node] == ["Identity"]
+
+
+# ---- adjacent shape slices ----
+
+def test_adjacent_shape_slices_join():
+    text = """g (float[B,S,H,D] x) => (int64[4] y, int64[2] z) <int64[1] c = {-1}> {
+        a = Shape <start = 0, end = 1> (x)
+        b = Shape <start = 1, end = -2> (x)
+        y = Concat <axis = 0> (a, b, c, b)
+        p = Shape <start = -2, end = -1> (x)
+        q = Shape <start = 3> (x)
+        z = Concat <axis = 0> (p, q)
+    }"""
+    m, r = run(text)
+    assert structure(m) == [("Shape", ["x"], ["b"]), ("Shape", ["x"], ["y_dims"]), ("Concat", ["y_dims", "c", "b"], ["y"]),
+                            ("Shape", ["x"], ["z"])]
+    assert [n.attributes for n in m.graph.nodes if n.op_type == "Shape"] == [{"start": 1, "end": -2}, {"end": 2},
+                                                                             {"start": 2}]
+    same_outputs(text, m, {"x": np.zeros((2, 3, 4, 5), np.float32)})
+    unchanged_on_second_run(m)
+
+
+def test_a_concat_of_the_whole_shape_is_the_shape():
+    text = """g (float[B,S] x) => (int64[2] y) {
+        a = Shape <end = 1> (x)
+        b = Shape <start = -1> (x)
+        y = Concat <axis = 0> (a, b)
+    }"""
+    m, r = run(text)
+    assert structure(m) == [("Shape", ["x"], ["y"])] and m.graph.nodes[0].attributes == {}
+    same_outputs(text, m, {"x": np.zeros((2, 3), np.float32)})
+
+
+SLICES_THAT_STAY = [  # (the two slices, opset)
+    ("a = Shape <end = 1> (x)\n b = Shape <start = 2> (x)", 17),  # a gap
+    ("a = Shape <end = 1> (x)\n b = Shape <start = 1, end = 2> (w)", 17),  # another tensor
+    ("a = Shape <start = 1, end = 2> (x)\n b = Shape <end = 1> (x)", 17),  # the wrong order
+    ("u = Reshape(x, t)\n a = Shape <end = 1> (u)\n b = Shape <start = 1, end = 2> (u)", 17),  # rank unknown
+    ("a = Shape(x)\n b = Shape(x)", 14),  # before opset 15 Shape takes no bounds
+]
+
+
+@pytest.mark.parametrize("slices, opset", SLICES_THAT_STAY)
+def test_shape_slices_that_stay(slices, opset):
+    m, r = run(f"""g (float[B,S,H] x, float[B,S,H] w, int64[N] t) => (int64[M] y) {{
+        {slices}
+        y = Concat <axis = 0> (a, b)
+    }}""", opset, full_check=False)
+    assert not r.modified

@@ -18,5 +18,6 @@ const char* merge_constants(Context& ctx, ir::Graph& g, ir::Node& n);      // me
 const char* undo_concat(Context& ctx, ir::Graph& g, ir::Node& n);          // concat_readers.cpp
 const char* flatten_concat(Context& ctx, ir::Graph& g, ir::Node& n);       // concat_readers.cpp
 const char* reduce_to_squeeze(Context& ctx, ir::Graph& g, ir::Node& n);    // reduce_to_squeeze.cpp
+const char* join_shape_slices(Context& ctx, ir::Graph& g, ir::Node& n);    // shape_slices.cpp
 
 }  // namespace pyonnxopt::passes::algebra
