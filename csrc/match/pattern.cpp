@@ -277,6 +277,21 @@ class Matcher {
     return false;
   }
 
+  // Whether `use` of an output of `producer` is an edge of the pattern: a
+  // matched node reading it at an input slot where the pattern has
+  // producer's element. A matched node that reads it through a variable
+  // slot is not (a MatMul of P and Transpose(P), where the rule rewrites
+  // the P it takes to be only its first operand).
+  bool read_by_pattern_edge(const ir::Node* producer, const ir::Use& use) const {
+    for (size_t f = 0; f < p_.elements.size(); ++f) {
+      if (m_.nodes[f] != use.node || p_.elements[f].kind != Element::Kind::kOp) continue;
+      const auto& inputs = p_.elements[f].inputs;
+      const size_t slot = swapped_[f] && use.index < 2 ? size_t(1 - use.index) : size_t(use.index);
+      if (slot < inputs.size() && m_.nodes[size_t(inputs[slot])] == producer) return true;
+    }
+    return false;
+  }
+
   // Every op element but the root, when exclusive, has outputs read only by
   // matched nodes and none is a graph output: removing the matched nodes
   // then cannot take a value from anyone else (peers have shipped exactly
@@ -291,9 +306,7 @@ class Matcher {
         if (out->is_graph_output())
           return fail([&] { return label(int(e)) + ": its output '" + out->name + "' is a graph output"; });
         for (const ir::Use& u : out->uses) {
-          bool inside = false;
-          for (const ir::Node* m : m_.nodes) inside = inside || m == u.node;
-          if (!inside) {
+          if (!read_by_pattern_edge(n, u)) {
             return fail(
                 [&] { return label(int(e)) + ": its output '" + out->name + "' is also read by " + who(*u.node); });
           }

@@ -379,3 +379,18 @@ def test_a_bias_that_broadcasts_along_the_columns_is_scaled_to_them():
     }""", **rng_weights(w=(3, 4), b=(2, 1)), k=np.array([0.5, 2.0, 3.0, 0.25], np.float32))
     m, _ = fused_by(RULE, proto)
     assert ops(m) == ["MatMul", "Add"]
+
+
+@pytest.mark.parametrize("product, out", [("MatMul(p, t)", "5,5"), ("MatMul(t, p)", "8,8")])
+def test_a_product_of_a_projection_with_itself_keeps_its_scale(product, out):
+    # Fuzz seed 95262: s = P @ P^T * 0.5 with P = x @ W + b. The pattern took the MatMul's
+    # other operand for a value apart from P, so P's weights took 0.5 and s became 0.25x.
+    proto = with_weights(f"""g (float[2,5,8] x) => (float[2,{out}] y) {{
+        xw = MatMul(x, w)
+        p = Add(xw, b)
+        t = Transpose <perm = [0, 2, 1]> (p)
+        s = {product}
+        y = Mul(s, k)
+    }}""", **rng_weights(w=(8, 8), b=(8,)), k=np.array(0.5, np.float32))
+    m, r = run_rule(RULE, proto)
+    assert not r.modified and ops(m) == ["MatMul", "Add", "Transpose", "MatMul", "Mul"]

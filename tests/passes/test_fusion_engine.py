@@ -59,6 +59,30 @@ def test_chain_fuses_and_leaves_shared_intermediates():
     assert "Relu->b: 'inner': its output 'a' is also read by 'Relu->z'" in r.stats["near_misses"]
 
 
+class NegOfSum(Rule):
+    name = "test_neg_of_sum"
+    description = "Add(Neg(a), b) -> Sub(b, a)"
+
+    def pattern(self, opset):
+        return Op("Add", Op("Neg", Var("a"), name="neg"), Var("b"), name="add")
+
+    def rewrite(self, m, edit):
+        edit.replace_root("Sub", [m["b"], m["a"]])
+
+
+def test_a_matched_node_reading_an_exclusive_output_through_a_variable_is_another_reader():
+    # Add(n, n): the Add reads n where the pattern has the Neg and again as
+    # b. A rule may remake an exclusive value for all its readers
+    # (Edit.replace_value), trusting that only the pattern's edges read it:
+    # fuse_matmul_scale scaled P in MatMul(P, Transpose(P)) twice that way.
+    m, r = run(NegOfSum(), """g (float[3] a) => (float[3] y) {
+        n = Neg(a)
+        y = Add(n, n)
+    }""")
+    assert not r.modified and ops(m) == ["Neg", "Add"]
+    assert "Add->y: 'neg': its output 'n' is also read by 'Add->y'" in r.stats["near_misses"]
+
+
 def test_commutative_constant_value_and_graph_output_name_kept():
     m, r = run(MulByOne(), """g (float[2,3] x) => (float[2,3] y) {
         a = Relu(x)
