@@ -292,8 +292,8 @@ class Matcher {
     return false;
   }
 
-  // Every op element but the root, when exclusive, has outputs read only by
-  // matched nodes and none is a graph output: removing the matched nodes
+  // Every op element but the root, when exclusive, has outputs read only
+  // along the pattern's edges and none is a graph output: removing the matched nodes
   // then cannot take a value from anyone else (peers have shipped exactly
   // this bug: a Pad fused into two Convs, one of which needed it whole).
   bool exclusive_outputs() {

@@ -4,11 +4,12 @@
 //   (a - x) + b -> (a + b) - x     b - (x + a) -> (b - a) - x     (x * a) * b -> x * (a * b)
 //   integers: (x / a) / b -> x / (a * b)
 // Each node is y = ±x ± c; the pair is ±x ± (c1 ± c2), one kernel op on
-// the constants. Integer division truncates, and truncating twice is
-// truncating once by the product (|x| / |a| / |b| rounded down either way,
-// the sign the same), as long as the product neither overflows nor is 0. Floating point: the sum is reassociated, so results may
+// the constants. Floating point: the sum is reassociated, so results may
 // differ in the last bits (and x + a may overflow where x + (a + b) does
-// not, or the reverse); integers wrap the same either way.
+// not, or the reverse); integers wrap the same either way. Integer
+// division truncates, and truncating twice is truncating once by the
+// product (|x| / |a| / |b| rounded down either way, the sign the same), as
+// long as the product neither overflows nor is 0.
 #include <algorithm>
 #include <cmath>
 #include <limits>
