@@ -454,12 +454,7 @@ PassStats CollapseReshapes::run(Model& model, const PassOptions&) const {
             add_constant(model, *g, int_tensor(target.shape, fold::kInt64), names.make(base), last, as_node));
         if (as_node) ++stats.nodes_added;
       }
-      if (target.allowzero) {
-        Attribute& a = reshape->attributes.emplace_back();
-        a.name.set("allowzero");
-        a.type.set(int32_t(AttrType::kInt));
-        a.i.set(1);
-      }
+      if (target.allowzero) reshape->attributes.push_back(int_attribute("allowzero", 1));
       replace_chain(*g, chain, reshape, "collapsed reshapes", stats);
       changed = true;
     }

@@ -22,6 +22,22 @@ std::string FreshNames::make(const std::string& base) {
   return name;
 }
 
+Attribute int_attribute(const char* name, int64_t value) {
+  Attribute a;
+  a.name.set(name);
+  a.type.set(int32_t(AttrType::kInt));
+  a.i.set(value);
+  return a;
+}
+
+Attribute ints_attribute(const char* name, std::vector<int64_t> values) {
+  Attribute a;
+  a.name.set(name);
+  a.type.set(int32_t(AttrType::kInts));
+  a.ints = std::move(values);
+  return a;
+}
+
 std::unique_ptr<Tensor> int_tensor(const std::vector<int64_t>& values, int32_t dtype) {
   const std::vector<int64_t> dims{static_cast<int64_t>(values.size())};
   if (dtype == fold::kInt32) {

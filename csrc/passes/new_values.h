@@ -24,6 +24,10 @@ class FreshNames {
   std::unordered_set<std::string> taken_;
 };
 
+// Attributes for a new node: an int, and a list of ints.
+ir::Attribute int_attribute(const char* name, int64_t value);
+ir::Attribute ints_attribute(const char* name, std::vector<int64_t> values);
+
 // A 1-D tensor of int64 (dtype 7) or int32 (dtype 6) values.
 std::unique_ptr<ir::Tensor> int_tensor(const std::vector<int64_t>& values, int32_t dtype);
 

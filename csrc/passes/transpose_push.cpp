@@ -51,22 +51,6 @@ int64_t int_attr(const Node& n, const char* name, int64_t otherwise) {
   return a ? a->i.value : otherwise;
 }
 
-Attribute int_attribute(const char* name, int64_t value) {
-  Attribute a;
-  a.name.set(name);
-  a.type.set(int32_t(AttrType::kInt));
-  a.i.set(value);
-  return a;
-}
-
-Attribute ints_attribute(const char* name, std::vector<int64_t> values) {
-  Attribute a;
-  a.name.set(name);
-  a.type.set(int32_t(AttrType::kInts));
-  a.ints = std::move(values);
-  return a;
-}
-
 const char* refuse(Push& out, std::string text) {
   out.reason = std::move(text);
   return out.reason.c_str();

@@ -12,12 +12,21 @@ from transformer_helpers import fuse
 
 def gather_unsqueeze(x="float[B,5,3] x", index="int64 i = {-2}", axis=1, axes="1", opset=17, extra="",
                      y="float[B,1,3] y") -> str:
-    unsqueeze = f"y = Unsqueeze(g, axes)" if opset >= 13 else f"y = Unsqueeze <axes = [{axes}]> (g)"
+    unsqueeze = "y = Unsqueeze(g, axes)" if opset >= 13 else f"y = Unsqueeze <axes = [{axes}]> (g)"
     consts = f"{index}, int64[1] axes = {{{axes}}}" if opset >= 13 else index
     return f"""g ({x}) => ({y}{', float[B,3] z' if extra else ''}) <{consts}> {{
         g = Gather <axis = {axis}> (x, i)
         {unsqueeze}
         {extra}
+    }}"""
+
+
+def shape_dim(i: int) -> str:
+    """The TorchScript exporter's read of dim i: Unsqueeze(Gather(Shape(x), i), 0)."""
+    return f"""g (float[B,S,8] x) => (int64[1] y) <int64 i = {{{i}}}, int64[1] axes = {{0}}> {{
+        s = Shape(x)
+        g = Gather(s, i)
+        y = Unsqueeze(g, axes)
     }}"""
 
 
@@ -39,11 +48,7 @@ def test_one_gather_with_a_1d_index(opset, axis, axes):
 @pytest.mark.parametrize("i, attrs", [(0, {"start": 0, "end": 1}), (2, {"start": 2, "end": 3}),
                                       (-1, {"start": -1}), (-3, {"start": -3, "end": -2})])
 def test_a_dim_of_a_shape_is_a_shape_slice(i, attrs):
-    text = f"""g (float[B,S,8] x) => (int64[1] y) <int64 i = {{{i}}}, int64[1] axes = {{0}}> {{
-        s = Shape(x)
-        g = Gather(s, i)
-        y = Unsqueeze(g, axes)
-    }}"""
+    text = shape_dim(i)
     m, r, before = fuse("unsqueeze_into_gather", text, opset=17)
     assert r.modified
     shape = next(n for n in m.graph.nodes if n.outputs[0].name == "y")
@@ -53,11 +58,7 @@ def test_a_dim_of_a_shape_is_a_shape_slice(i, attrs):
 
 
 def test_below_opset_15_a_shape_dim_is_a_gather():
-    text = """g (float[B,S,8] x) => (int64[1] y) <int64 i = {1}, int64[1] axes = {0}> {
-        s = Shape(x)
-        g = Gather(s, i)
-        y = Unsqueeze(g, axes)
-    }"""
+    text = shape_dim(1)
     m, r, _ = fuse("unsqueeze_into_gather", text, opset=14)
     assert r.modified and structure(m) == [("Shape", ["x"], ["s"]), ("Gather", ["s", "i_1d"], ["y"])]
 
@@ -86,19 +87,16 @@ def test_left_alone(text):
 
 def test_a_shape_dim_past_the_rank_stays_a_gather():
     # Gather fails on index 3 of a 3-d shape; a Shape slice would give [] instead.
-    text = """g (float[B,S,8] x) => (int64[1] y) <int64 i = {3}, int64[1] axes = {0}> {
-        s = Shape(x)
-        g = Gather(s, i)
-        y = Unsqueeze(g, axes)
-    }"""
+    text = shape_dim(3)
     m, r, _ = fuse("unsqueeze_into_gather", text, opset=17, full_check=False)
     assert r.modified and [n.op_type for n in m.graph.nodes] == ["Shape", "Gather"]
 
 
 def test_the_pipeline_reads_a_whole_shape_at_once():
-    # BERT's token types: Expand(buffer[:, :S], Concat(Unsqueeze(Gather(Shape(ids), 0)), Unsqueeze(Gather(Shape(ids), 1)))).
+    # BERT's token types: Expand(buffer[:, :S], Concat(Unsqueeze(Gather(Shape(ids), 0)),
+    #                                                  Unsqueeze(Gather(Shape(ids), 1)))).
     text = """g (int64[B,S] ids) => (int64[B,S] y) <int64 zero = {0}, int64 one = {1}, int64[1] axes = {0},
-                                                 int64[1] zero1 = {0}, int64[1] one1 = {1}, int64[1,4] buffer = {0, 1, 2, 3}> {
+              int64[1] zero1 = {0}, int64[1] one1 = {1}, int64[1,4] buffer = {0, 1, 2, 3}> {
         s = Shape(ids)
         b = Gather(s, zero)
         n = Gather(s, one)

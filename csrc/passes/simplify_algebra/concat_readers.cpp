@@ -10,6 +10,7 @@
 
 #include "passes/bypass.h"
 #include "passes/known_values.h"
+#include "passes/new_values.h"
 #include "passes/simplify_algebra/rules.h"
 
 namespace pyonnxopt::passes::algebra {
@@ -196,10 +197,7 @@ const char* flatten_concat(Context& ctx, Graph& g, Node& outer) {
   if (outer.name.has) flat->name = outer.name;
   flat->domain = outer.domain;
   flat->inputs = std::move(inputs);
-  Attribute& a = flat->attributes.emplace_back();  // Attributes do not copy (they may hold graphs)
-  a.name.set("axis");
-  a.type.set(int32_t(AttrType::kInt));
-  a.i.set(outer.attribute("axis")->i.value);
+  flat->attributes.push_back(int_attribute("axis", outer.attribute("axis")->i.value));
   Rewrite record{"merged concats", {}, {node_id(outer)}};
   std::vector<std::string> merged_ids;
   for (Node* p : merged) merged_ids.push_back(node_id(*p));

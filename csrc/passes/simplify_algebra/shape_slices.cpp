@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "passes/known_values.h"
+#include "passes/new_values.h"
 #include "passes/simplify_algebra/rules.h"
 
 namespace pyonnxopt::passes::algebra {
@@ -42,15 +43,32 @@ Node* new_shape(Graph& g, const ShapeSlice& s) {
   Node* n = g.new_node();
   n->op_type.set("Shape");
   n->inputs.push_back(s.x);
-  auto bound = [n](const char* name, int64_t value) {
-    Attribute& a = n->attributes.emplace_back();
-    a.name.set(name);
-    a.type.set(int32_t(AttrType::kInt));
-    a.i.set(value);
-  };
-  if (s.start != 0) bound("start", s.start);
-  if (s.end != s.rank) bound("end", s.end);
+  if (s.start != 0) n->attributes.push_back(int_attribute("start", s.start));
+  if (s.end != s.rank) n->attributes.push_back(int_attribute("end", s.end));
   return n;
+}
+
+// Inputs [first, end) of a Concat that are adjacent slices of one shape.
+struct Run {
+  size_t first = 0, end = 0;
+  ShapeSlice joined;
+};
+
+std::vector<Run> runs_of(const Graph& g, const Node& concat) {
+  std::vector<Run> runs;
+  const auto& in = concat.inputs;
+  for (size_t i = 0; i < in.size();) {
+    auto s = in[i] ? shape_slice(g, in[i]) : std::nullopt;
+    size_t j = i + 1;
+    for (; s && j < in.size(); ++j) {
+      auto next = in[j] ? shape_slice(g, in[j]) : std::nullopt;
+      if (!next || next->x != s->x || next->start != s->end) break;
+      s->end = next->end;
+    }
+    if (j - i >= 2) runs.push_back({i, j, *s});
+    i = j;
+  }
+  return runs;
 }
 
 }  // namespace
@@ -59,76 +77,42 @@ const char* join_shape_slices(Context& ctx, Graph& g, Node& n) {
   if (n.op_type.value != "Concat" || !single_output(n) || n.inputs.size() < 2) return kNotMine;
   const Attribute* axis = n.attribute("axis");
   if (!axis || (axis->i.value != 0 && axis->i.value != -1) || ctx.opset(g) < 15) return kNotMine;
-
-  // Runs of inputs [first, last) that are adjacent slices of one shape.
-  std::vector<std::pair<size_t, ShapeSlice>> runs;  // (first input, the joined slice)
-  std::vector<size_t> run_ends;
-  for (size_t i = 0; i < n.inputs.size();) {
-    auto s = n.inputs[i] ? shape_slice(g, n.inputs[i]) : std::nullopt;
-    size_t j = i + 1;
-    if (s) {
-      for (; j < n.inputs.size(); ++j) {
-        auto next = n.inputs[j] ? shape_slice(g, n.inputs[j]) : std::nullopt;
-        if (!next || next->x != s->x || next->start != s->end) break;
-        s->end = next->end;
-      }
-      if (j - i >= 2) {
-        runs.push_back({i, *s});
-        run_ends.push_back(j);
-      }
-    }
-    i = j;
-  }
+  const std::vector<Run> runs = runs_of(g, n);
   if (runs.empty()) return kNotMine;
   if (n.pinned) return "excluded from optimization";
 
-  Rewrite record{"joined shape slices", {}, {}};
+  Rewrite record{"joined shape slices", {node_id(n)}, {}};
   std::vector<Node*> sources;
-  std::vector<Value*> inputs;
-  size_t at = 0;
-  for (size_t r = 0; r < runs.size(); ++r) {
-    const auto& [first, slice] = runs[r];
-    inputs.insert(inputs.end(), n.inputs.begin() + at, n.inputs.begin() + first);
-    for (size_t k = first; k < run_ends[r]; ++k) sources.push_back(n.inputs[k]->producer);
-    at = run_ends[r];
-    if (runs.size() == 1 && first == 0 && at == n.inputs.size()) {  // the whole Concat: the slice takes its output
-      Node* joined = new_shape(g, slice);
-      if (n.name.has) joined->name = n.name;
-      record.consumed.push_back(node_id(n));
-      ctx.count_removed(n);
-      g.replace_node(&n, joined);
+  for (const Run& r : runs)
+    for (size_t k = r.first; k < r.end; ++k) sources.push_back(n.inputs[k]->producer);
+  Node* replacement = nullptr;
+  if (runs.size() == 1 && runs[0].first == 0 && runs[0].end == n.inputs.size()) {
+    replacement = new_shape(g, runs[0].joined);  // the whole Concat: the slice takes its output
+  } else {
+    std::vector<Value*> inputs;
+    size_t at = 0;
+    for (const Run& r : runs) {
+      inputs.insert(inputs.end(), n.inputs.begin() + at, n.inputs.begin() + r.first);
+      Node* joined = new_shape(g, r.joined);
+      joined->outputs.push_back(g.create_value(ctx.fresh_name(single_output(n)->name + "_dims")));
+      g.add_node(joined, &n);
       ++ctx.stats->nodes_added;
       record.produced.push_back(node_id(*joined));
-      for (Node* p : sources) {
-        const std::string id = node_id(*p);
-        if (ctx.remove_if_unread(g, p)) record.consumed.push_back(id);
-      }
-      ctx.stats->rewrites.push_back(std::move(record));
-      return nullptr;
+      inputs.push_back(joined->outputs[0]);
+      at = r.end;
     }
-    Node* joined = new_shape(g, slice);
-    joined->outputs.push_back(g.create_value(ctx.fresh_name(single_output(n)->name + "_dims")));
-    g.add_node(joined, &n);
-    ++ctx.stats->nodes_added;
-    record.produced.push_back(node_id(*joined));
-    inputs.push_back(joined->outputs[0]);
+    inputs.insert(inputs.end(), n.inputs.begin() + at, n.inputs.end());
+    replacement = g.new_node();
+    replacement->op_type.set("Concat");
+    replacement->domain = n.domain;
+    replacement->inputs = std::move(inputs);
+    replacement->attributes.push_back(int_attribute("axis", axis->i.value));
   }
-  inputs.insert(inputs.end(), n.inputs.begin() + at, n.inputs.end());
-
-  Node* concat = g.new_node();
-  concat->op_type.set("Concat");
-  if (n.name.has) concat->name = n.name;
-  concat->domain = n.domain;
-  concat->inputs = std::move(inputs);
-  Attribute& a = concat->attributes.emplace_back();
-  a.name.set("axis");
-  a.type.set(int32_t(AttrType::kInt));
-  a.i.set(axis->i.value);
-  record.consumed.push_back(node_id(n));
+  if (n.name.has) replacement->name = n.name;
   ctx.count_removed(n);
-  g.replace_node(&n, concat);
+  g.replace_node(&n, replacement);
   ++ctx.stats->nodes_added;
-  record.produced.push_back(node_id(*concat));
+  record.produced.push_back(node_id(*replacement));
   for (Node* p : sources) {
     const std::string id = node_id(*p);
     if (ctx.remove_if_unread(g, p)) record.consumed.push_back(id);

@@ -50,7 +50,7 @@ class UnsqueezeIntoGather(Rule):
         return None if _index(m) is not None else ""
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        i, axis, rank = _index(m)
+        i, axis = _index(m)
         x = m["x"]
         x_dims = dims(x)
         if x_dims is not None and x_dims[axis] == 1 and i in (0, -1):
@@ -65,8 +65,8 @@ class UnsqueezeIntoGather(Rule):
 
 
 def _index(m: Match) -> Optional[tuple]:
-    """(i, the axis, x's rank or None) where the Unsqueeze restores the
-    Gather's axis; else None."""
+    """(i, the axis) where the Unsqueeze restores the Gather's axis; else
+    None."""
     index = constant_array(m["i"])
     axes = attr_or_input(m["unsqueeze"], "axes", 1)
     if index is None or index.ndim != 0 or index.dtype.kind not in "iu" or axes is None or len(axes) != 1:
@@ -83,7 +83,7 @@ def _index(m: Match) -> Optional[tuple]:
         a, u = a % rank, u % rank
     elif (a < 0) != (u < 0):
         return None
-    return (int(index), a, rank) if a == u else None
+    return (int(index), a) if a == u else None
 
 
 def _reads_whole_shape(node, i: int) -> bool:
