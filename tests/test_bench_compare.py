@@ -317,6 +317,7 @@ def test_reuse_takes_the_earlier_optimization_and_measures_check_and_latency_ane
     out_json = str(tmp / "now.json")
     calls = []
     monkeypatch.setattr(compare, "run_tool", _fake_run_tool(calls, out_json))
+    monkeypatch.setattr(compare, "installed", lambda tool: True)  # the fake runs every tool, installed here or not
     tools = "pyonnxopt-nocheck,onnxsim,onnxslim,onnxoptimizer,polygraphy,ort-basic"
     assert compare.main(["--models", f"{earlier_run['model']},{other}", "--tools", tools, "--reuse",
                          earlier_run["json"], "--repeats", "1", "--latency-runs", "3", "--latency-level", "disable",
