@@ -59,9 +59,11 @@ def session(model_source, external_folder: Optional[str] = None, optimized: bool
 # GoogLeNet's five halvings or a wav2vec2 feature extractor (400 samples);
 # the others are the image sizes models are trained at, whose position
 # tables a ViT's input must match (64 and 128 for small ones, 224, 256,
-# 384 and 512, SAM's 1024). A size that does not fit fails early, at the
-# stem or the first Add of the positions: the ladder costs little.
-CHECK_SIZES = (1, 32, 64, 128, 224, 256, 384, 512, 1024)
+# 384 and 512, SAM's 1024), and YOLO's 320 and 640, whose detection heads
+# keep the anchor grid of the export's size. A size that does not fit
+# fails early, at the stem or the first Add of the positions, or at the
+# head: the ladder costs little.
+CHECK_SIZES = (1, 32, 64, 128, 224, 256, 320, 384, 512, 640, 1024)
 
 
 # One generated input; past it, --check-inputs. An image input with all four

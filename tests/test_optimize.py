@@ -351,7 +351,7 @@ def test_inputs_no_try_fits_are_reported_with_the_first_tries_error(tmp_path):
     onnx.save(_cache_model(True), path)
     _, report = optimize(str(path), str(tmp_path / "out.onnx"))
     skipped = report["check"]["skipped"]
-    assert ("(tried: unknown dims 1, 32, 64, 128, 224, 256, 384, 512, 1024; each named dim 2 with the others 1; "
+    assert ("(tried: unknown dims 1, 32, 64, 128, 224, 256, 320, 384, 512, 640, 1024; each named dim 2 with the others 1; "
             "batches of 1 and 2)") in skipped
     assert "Concat" in skipped
 

@@ -513,6 +513,43 @@ def test_merge_that_flattens_further_keeps_its_reshape():
     assert_same_outputs(original, m, **TOL)
 
 
+ONE_HEAD = """g (float[2,5,16] q3, float[{k3}] k3, float[2,6,16] v3, float[2,1,5,6] mask) => (float[{out}] y) <
+        int64[4] qsh = {{2, 1, 5, 16}}, int64[4] vsh = {{2, 1, 6, 16}}, int64[4] ksh = {{2, 1, 16, 6}},
+        int64[3] osh = {{{merge}}}> {{
+    qh = Reshape(q3, qsh)  kr = Transpose <perm = [0, 2, 1]> (k3)  kt = Reshape(kr, ksh)  vh = Reshape(v3, vsh)
+    qk = MatMul(qh, kt)  a = Add(qk, mask)  p = Softmax <axis = -1> (a)  ctx = MatMul(p, vh)  y = Reshape(ctx, osh)
+}}"""
+
+
+def test_one_head_split_by_reshapes_becomes_3d_attention():
+    # SegFormer's first stage as torch's dynamo exports it: one head, whose Transposes it writes as Reshapes.
+    text = ONE_HEAD.format(k3="2,6,16", merge="2, 5, 16", out="2,5,16")
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert unguarded(m) == [("Attention", ["q3", "k3", "v3", "mask"], ["y"])]
+    attrs = attention_of(m).attributes
+    assert attrs["q_num_heads"] == 1 and attrs["kv_num_heads"] == 1 and attrs["scale"] == 1.0
+    assert_same_outputs(original, m, **TOL)
+
+
+def test_one_head_becomes_multi_head_attention_for_ort():
+    text = ONE_HEAD.format(k3="2,6,16", merge="2, 5, 16", out="2,5,16")
+    m, r, original = fuse("fuse_attention", text, opset=17, target="ort")
+    (mha,) = [n for n in m.graph.nodes if n.op_type == "MultiHeadAttention"]
+    assert mha.attributes["num_heads"] == 1 and [v.name for v in mha.inputs[:3]] == ["q3", "k3", "v3"]
+    assert_same_outputs(original, m, **TOL)
+
+
+@pytest.mark.parametrize("k3, merge, out, why", [
+    ("2,16,6", "2, 5, 16", "2,5,16", "does more than add a head axis of 1"),  # [B, 6, 16] rows read as [16, 6]
+    ("2,6,16", "0, 0, -1", "2,1,80", "may have a 0"),  # the 0 copies the head axis of 1, not S
+])
+def test_one_head_that_is_not_a_head_split_refuses(k3, merge, out, why):
+    text = ONE_HEAD.format(k3=k3, merge=merge, out=out)
+    m, r, original = fuse("fuse_attention", text, opset=23)
+    assert "Attention" not in ops(m) and near(r, why)
+    assert_same_outputs(original, m, **TOL)
+
+
 def test_k_transposed_from_bshd_gets_its_own_transpose():
     text = """g (float[2,4,5,8] q, float[2,6,4,8] kb, float[2,4,6,8] v) => (float[2,4,5,8] y) <float c = {0.35355339}> {
         kt = Transpose <perm = [0, 2, 3, 1]> (kb)  qk = MatMul(q, kt)  s = Mul(qk, c)  p = Softmax <axis = -1> (s)

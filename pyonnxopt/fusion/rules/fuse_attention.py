@@ -28,6 +28,11 @@ Layouts:
       size-1 axis, and optimize_transposes makes them Reshapes. With B = 1
       optimize_transposes may have pushed the [S, B, E] Transpose into the
       fold already (qs [1, S, E] -> [S, H, D]): such a qs is taken as it is.
+ one head  the 3-D form with a head axis of 1, which moves no element: the
+      exporter (torch's dynamo) or optimize_transposes wrote its Transposes
+      as Reshapes (SegFormer's first stage): q = Reshape(q3, [B,1,S,D]) (v
+      alike), K^T = Reshape(Transpose(k3, [0,2,1]), [B,1,D,T]), out =
+      Reshape(y, ...); it becomes Attention(q3, k3, v3, q_num_heads=1, ...).
  packed  one projection holds q, k and v (Swin, timm): each is Gather(Transpose(
       Reshape(qkv3, [B, S, 3, H, D]), [2,0,3,1,4]), i), or the three are
       Squeeze(Split(that, axis 0)); it becomes the 3-d form on Split(qkv3)
@@ -186,6 +191,12 @@ def _variant(layout: str, scale: str, mask: str, guard: bool, softcap: bool = Fa
         q, v = _heads("q"), _heads("v")
         k_t = Op("Transpose", Op("Reshape", Var("k3"), Var("k_shape"), name="k_split"), name="k_t",
                  attrs={"perm": [0, 2, 3, 1]})
+    elif layout == "3d_one_head":
+        # One head: a size-1 head axis moves no element, so the exporter (or
+        # optimize_transposes) wrote the split's Transposes as Reshapes.
+        q, v = (Op("Reshape", Var(f"{n}3"), Var(f"{n}_shape"), name=f"{n}_split") for n in ("q", "v"))
+        k_rows = Op("Transpose", Var("k3"), name="k_rows_t", attrs={"perm": [0, 2, 1]})
+        k_t = Op("Reshape", k_rows, Var("k_shape"), name="k_split")
     elif layout == "3d_heads_t":  # K's heads, then K^T: before optimize_transposes merges the two
         q, v = _heads("q"), _heads("v")
         k_t = Op("Transpose", _heads("k"), name="k_t", attrs={"perm": [0, 1, 3, 2]})
@@ -216,7 +227,9 @@ def _variant(layout: str, scale: str, mask: str, guard: bool, softcap: bool = Fa
     if guard:
         p = nan_guard(p)
     y = Op("MatMul", p, v, name="context")
-    if layout in ("3d", "3d_heads_t", "3d_past", "packed", "packed_unbind"):
+    if layout == "3d_one_head":
+        y = Op("Reshape", y, Var("out_shape"), name="merge_heads")
+    elif layout in ("3d", "3d_heads_t", "3d_past", "packed", "packed_unbind"):
         y = Op("Reshape", Op("Transpose", y, name="context_t", attrs={"perm": SPLIT}), Var("out_shape"),
                name="merge_heads")
     elif layout == "seq_first":
@@ -234,7 +247,8 @@ class FuseAttention(Rule):
         # The 3-d and sequence-first layouts first: they take the head split and merge along.
         # A Where beside an added mask only where the decoders that write it split their heads.
         return [_variant(layout, scale, mask, guard) for layout, mask, scale, guard in itertools.product(
-            ("3d_past", "3d", "3d_heads_t", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k", "unit_k"),
+            ("3d_past", "3d", "3d_heads_t", "3d_one_head", "packed", "packed_unbind", "seq_first", "bhsd", "bshd_k",
+             "unit_k"),
             MASKS,
             ("mul", "div", "both", "q", "k", "none"), (True, False))
             if "+" not in mask or mask == "add+add" or layout in ("3d_past", "3d", "3d_heads_t", "bhsd")] + [
@@ -798,6 +812,8 @@ def _split(m: Match, name: str) -> Union[tuple, str]:
     a packed projection: when it splits [B, S, 3*H*D] into [B, S, 3, H, D])."""
     if "qkv3" in m:
         return _split_packed(m)
+    if "k_rows_t" in m:
+        return _split_one_head(m, name)
     flat, split = dims(m[f"{name}3"]), dims(m[f"{name}_split"].outputs[0])
     if flat is None or split is None or len(flat) != 3 or len(split) != 4:
         return f"the {name} head split {flat} -> {split} is not [B,S,E] -> [B,S,H,D]"
@@ -805,6 +821,19 @@ def _split(m: Match, name: str) -> Union[tuple, str]:
             and isinstance(split[2], int) and isinstance(split[3], int) and split[2] * split[3] == flat[2]):
         return f"the {name} head split {flat} -> {split} does more than split the last dim"
     return tuple(split)
+
+
+def _split_one_head(m: Match, name: str) -> Union[tuple, str]:
+    """(B, S, 1, D) when the Reshape of name3 [B, S, D] inserts a head axis
+    of 1: [B, 1, S, D] (for k, of its [B, D, T] rows: [B, 1, D, T])."""
+    flat, split = dims(m[f"{name}3"]), dims(m[f"{name}_split"].outputs[0])
+    if flat is None or split is None or len(flat) != 3 or len(split) != 4:
+        return f"the {name} head split {flat} -> {split} is not [B,S,D] -> [B,1,S,D]"
+    b, s, d = flat
+    want = [b, 1, d, s] if name == "k" else [b, 1, s, d]
+    if not (isinstance(d, int) and split[1] == 1 and all(same_dim(x, y) for x, y in zip(split, want))):
+        return f"the {name} head split {flat} -> {split} does more than add a head axis of 1"
+    return b, s, 1, d
 
 
 def _split_packed(m: Match) -> Union[tuple, str]:
@@ -916,9 +945,12 @@ def _merge(m: Match, q: tuple, v: tuple) -> Optional[str]:
 def _copies_a_moved_dim(m: Match) -> bool:
     """The head merge's Reshape may have a 0 past its second entry (and no
     allowzero): it would copy a dim of its input that the fused form
-    changes. A shape computed at run time may."""
+    changes (one head: past its first, as the head axis of 1 goes). A shape
+    computed at run time may."""
+    if m.root.attributes.get("allowzero", 0):
+        return False
     shape = constant_ints(m["out_shape"])
-    return m.root.attributes.get("allowzero", 0) == 0 and (shape is None or 0 in shape[2:])
+    return shape is None or 0 in shape[1 if "k_rows_t" in m else 2:]
 
 
 def _mask_reason(mask: Optional[list], bhst: tuple, counted: bool) -> Optional[str]:
