@@ -35,8 +35,13 @@ def test_an_export_onnxruntime_cannot_run_reads_unchecked(tmp_path):
 
 @pytest.mark.skipif(not HAVE_HF, reason="needs torch and transformers (pip install -r bench/requirements.txt)")
 def test_bert_fuses_below_the_peers(monkeypatch, tmp_path, capsys):
+    try:  # transformers imports torchvision where there is one, which fails beside a torch it was not built for
+        import transformers.models.bert.modeling_bert  # noqa: F401
+    except Exception as e:
+        pytest.skip(f"transformers does not import here: {str(e).splitlines()[0]}")
     monkeypatch.setattr(hf_exports, "OUT", str(tmp_path))
     assert hf_exports.main(["--models", "bert", "--opsets", "17"]) == 0
-    row = dict(kv.split("=") for kv in capsys.readouterr().out.split())
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("model=")]  # the framework may chat
+    row = dict(kv.split("=") for kv in line.split())
     assert int(row["opset23"]) < int(row["default"]) < min(int(row["onnxslim"]), int(row["onnxsim"]))
     assert int(row["default"]) < int(row["export"])
