@@ -114,3 +114,55 @@ def test_the_pipeline_reads_a_whole_shape_at_once():
     assert [r.op_type for r, _ in whole.outputs[0].uses] == ["Expand"]
     ids = np.arange(6, dtype=np.int64).reshape(2, 3)
     assert np.array_equal(outputs(proto, {"ids": ids})[0], outputs(model, {"ids": ids})[0])
+
+
+def siblings(axis: int, axes: str, out: str, steps=(0, 1, 2), extra="") -> str:
+    """Mamba's scan: C[:, i] of each step, unsqueezed on another axis."""
+    lines = "\n".join(f"g{i} = Gather <axis = {axis}> (c, i{i})  y{i} = Unsqueeze(g{i}, axes)" for i in steps)
+    consts = ", ".join(f"int64 i{i} = {{{i - 1}}}" for i in steps)  # -1 too
+    outs = ", ".join(f"float{out} y{i}" for i in steps)
+    return f"""g (float[B,4,3] c) => ({outs}) <{consts}, int64[{len(axes.split(','))}] axes = {{{axes}}}> {{
+        {lines}
+        {extra}
+    }}"""
+
+
+@pytest.mark.parametrize("axis, axes, out, hoisted, moved", [
+    (1, "-1", "[B,3,1]", [3], 1),  # Mamba: [B, 4, 3] -> [B, 4, 3, 1], steps along axis 1
+    (2, "0", "[1,B,4]", [0], 3),  # the last axis: it goes last
+    (0, "1,3", "[4,1,3,1]", [2, 4], 0),  # several axes
+    (-2, "2", "[B,3,1]", [3], 1),  # a negative Gather axis
+])
+def test_sibling_gathers_share_one_unsqueeze(axis, axes, out, hoisted, moved):
+    m, r, before = fuse("unsqueeze_into_gather", siblings(axis, axes, out), opset=17)
+    assert r.modified
+    m = pyonnxopt.optimize(m, passes=["eliminate_common_subexpressions"], check_outputs=False)[0]
+    (unsqueeze,) = [n for n in m.graph.nodes if n.op_type == "Unsqueeze"]
+    assert unsqueeze.inputs[1].initializer.numpy().tolist() == hoisted
+    gathers = [n for n in m.graph.nodes if n.op_type == "Gather"]
+    assert len(gathers) == 3 and all(g.inputs[0] == unsqueeze.outputs[0] and g.attributes["axis"] == moved
+                                     for g in gathers)
+    c = {"c": np.random.default_rng(0).standard_normal((2, 4, 3)).astype(np.float32)}
+    for want, got in zip(outputs(before, c), outputs(m, c)):
+        assert want.shape == got.shape and np.array_equal(want, got)
+
+
+@pytest.mark.parametrize("text", [
+    siblings(1, "-1", "[B,3,1]", steps=(0,)),  # alone: nothing to share
+    siblings(1, "-1", "[B,3,1]", steps=(0,)).replace("y0 = Unsqueeze(g0, axes)", "y0 = Unsqueeze(g0, axes)  "
+                                                     "g9 = Gather <axis = 0> (c, i0)  y9 = Unsqueeze(g9, axes)")
+    .replace("float[B,3,1] y0", "float[B,3,1] y0, float[4,3,1] y9"),  # another Gather axis
+])
+def test_a_gather_unsqueeze_with_no_sibling_of_its_form_stays(text):
+    m, r, _ = fuse("unsqueeze_into_gather", text, opset=17, full_check=False)
+    assert not r.modified
+
+
+def test_the_last_sibling_joins_an_unsqueeze_already_hoisted():
+    text = """g (float[B,4,3] c) => (float[B,3,1] y0, float[B,3,1] y1) <int64 i0 = {0}, int64 i1 = {1},
+                                                                  int64[1] axes = {-1}, int64[1] wide = {3}> {
+        u = Unsqueeze(c, wide)  y0 = Gather <axis = 1> (u, i0)
+        g1 = Gather <axis = 1> (c, i1)  y1 = Unsqueeze(g1, axes)
+    }"""
+    m, r, before = fuse("unsqueeze_into_gather", text, opset=17)
+    assert r.modified and [n.op_type for n in m.graph.nodes] == ["Unsqueeze", "Gather", "Unsqueeze", "Gather"]
