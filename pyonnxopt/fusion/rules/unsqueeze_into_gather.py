@@ -113,8 +113,8 @@ def _hoisted(m: Match) -> Optional[tuple]:
     moved = kept[a] if a < len(kept) else (kept[-1] + 1 if kept else 0)  # x's axis a goes just before its successor
     axes = [j + (j >= moved) for j in added]
     # A sibling still to rewrite, or one rewritten already (its Unsqueeze of x is the one to share).
-    if not any(reader != m["gather"] and (_gather_unsqueeze(reader) == shape or _unsqueezes(reader, axes))
-               for reader, _ in m["x"].uses):
+    if not any(reader != m["gather"] and slot == 0 and (_gather_unsqueeze(reader) == shape or _unsqueezes(reader, axes))
+               for reader, slot in m["x"].uses):
         return None
     return axes, moved
 
