@@ -63,18 +63,15 @@ def export_each(out: str, names, opsets, make, write) -> list:
                     made = made or make(name)
                     write(made, name, opset, path)
                 except Exception as e:  # the framework's or its exporter's: a row says so, the rest go on
-                    print(f"model={name}_opset{opset} export=failed ({type(e).__name__}: {_first_line(e)})",
+                    from pyonnxopt.errors import first_line
+
+                    print(f"model={name}_opset{opset} export=failed ({type(e).__name__}: {first_line(e)})",
                           flush=True)
                     if os.path.exists(path):
                         os.remove(path)  # half written: the next run tries again
                     continue
             paths.append(path)
     return paths
-
-
-def _first_line(e: Exception) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 def count(paths: list, json_path=None) -> int:

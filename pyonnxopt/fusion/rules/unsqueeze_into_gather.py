@@ -59,12 +59,13 @@ class UnsqueezeIntoGather(Rule):
         return None if _index(m) is not None or _hoisted(m) is not None else ""
 
     def rewrite(self, m: Match, edit: Edit) -> Optional[str]:
-        if _index(m) is None:
+        same_axis = _index(m)
+        if same_axis is None:
             unsqueeze_axes, axis = _hoisted(m)
             wider = edit.squeeze("Unsqueeze", m["x"], unsqueeze_axes, hint=f"{m['x'].name}_unsqueezed")
             edit.replace_root("Gather", [wider, m["i"]], {"axis": axis})
             return None
-        i, axis = _index(m)
+        i, axis = same_axis
         x = m["x"]
         x_dims = dims(x)
         if x_dims is not None and x_dims[axis] == 1 and i in (0, -1):
